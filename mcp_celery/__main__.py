@@ -1,0 +1,3 @@
+from mcp_celery.cli import main
+
+main()

@@ -1,0 +1,95 @@
+"""`mcp-celery serve` (MCP over stdio or Streamable HTTP) and `mcp-celery demo`. Wiring only."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+
+import anyio
+from celery import Celery
+
+from mcp_celery.errors import ConfigurationError
+from mcp_celery.settings import Settings
+
+__all__ = ["load_app", "main"]
+
+
+def load_app(spec: str) -> Celery:
+    """Import `module` or `module:attribute` and return its Celery app, as `celery -A` does.
+
+    Raises:
+        ConfigurationError: nothing importable there, or no Celery app in it.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # like celery -A: the current directory is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    candidates = [attribute] if attribute else ["app", "celery"]
+    for name in candidates:
+        found = getattr(module, name, None)
+        if isinstance(found, Celery):
+            return found
+    apps = [v for v in vars(module).values() if isinstance(v, Celery)]
+    if not attribute and len(apps) == 1:
+        return apps[0]
+    raise ConfigurationError(
+        f"no Celery app {'named ' + repr(attribute) if attribute else ''} found in {module_name!r}"
+    )
+
+
+def serve(app: Celery, *, http: bool, host: str, port: int, settings: Settings) -> None:
+    from mcp_celery.server import create_server
+
+    server = create_server(app, settings)
+    if http:
+        import uvicorn
+
+        asgi = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+        uvicorn.run(asgi, host=host, port=port, log_level="warning")
+        return
+
+    from mcp.server.stdio import stdio_server
+
+    async def run_stdio() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(run_stdio)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcp-celery", description="Celery jobs as MCP tools (SEP-2663 tasks).")
+    parser.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("serve", help="serve the app's tools over MCP (stdio by default)")
+    run.add_argument("-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A")
+    run.add_argument(
+        "--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    run.add_argument("--host", default="127.0.0.1")
+    run.add_argument("--port", type=int, default=8000)
+    demo = commands.add_parser("demo", help="start Redis if needed, a worker and the server, and walk through the demo")
+    demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
+    demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    try:
+        if args.command == "serve":
+            serve(load_app(args.app), http=args.http, host=args.host, port=args.port, settings=Settings())
+        else:
+            from mcp_celery.demo import run_demo
+
+            sys.exit(run_demo(port=args.port, keep_serving=args.serve))
+    except ConfigurationError as exc:
+        print(f"mcp-celery: {exc}", file=sys.stderr)
+        sys.exit(2)

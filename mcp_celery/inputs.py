@@ -1,0 +1,94 @@
+"""Input requests a job sends to the client (SEP-2663 `inputRequests`), and their answers.
+
+Pure functions used on both sides: the job builds requests and checks the client can
+answer them; the server validates answers before a job ever sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jsonschema
+import pydantic
+from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
+
+from mcp_celery.errors import InputNotSupported
+
+__all__ = ["elicitation", "invalid_answer_reason", "missing_capability", "roots_request", "sampling"]
+
+_CAPABILITY_FOR_METHOD = {
+    "elicitation/create": "elicitation",
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+}
+
+
+def elicitation(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A form elicitation request: ask the user `message`, answer shaped by the JSON `schema`."""
+    if schema.get("type") != "object":
+        raise ValueError("an elicitation schema must be a JSON object schema ({'type': 'object', ...})")
+    return {
+        "method": "elicitation/create",
+        "params": {"mode": "form", "message": message, "requestedSchema": dict(schema)},
+    }
+
+
+def sampling(messages: Sequence[Mapping[str, Any]] | str, max_tokens: int = 1000, **params: Any) -> dict[str, Any]:
+    """A `sampling/createMessage` request. A plain string becomes one user text message.
+
+    Extra keyword arguments are sent as they are (camelCase, e.g. systemPrompt=...).
+    """
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": {"type": "text", "text": messages}}]
+    return {
+        "method": "sampling/createMessage",
+        "params": {"messages": list(messages), "maxTokens": max_tokens, **params},
+    }
+
+
+def roots_request() -> dict[str, Any]:
+    """A `roots/list` request."""
+    return {"method": "roots/list", "params": {}}
+
+
+def missing_capability(request: Mapping[str, Any], capabilities: Mapping[str, Any]) -> str | None:
+    """Why the client cannot answer `request`, or None when it can.
+
+    Raises:
+        InputNotSupported: the request is not an input request at all.
+    """
+    method = request.get("method")
+    needed = _CAPABILITY_FOR_METHOD.get(str(method))
+    if needed is None:
+        raise InputNotSupported(f"{method!r} is not an input request; use one of {sorted(_CAPABILITY_FOR_METHOD)}")
+    declared = capabilities.get(needed)
+    if not isinstance(declared, dict):
+        return f"the client did not declare the {needed!r} capability"
+    if needed == "elicitation":
+        mode = (request.get("params") or {}).get("mode", "form")
+        # An empty elicitation capability means form mode only (core spec).
+        if declared and mode not in declared:
+            return f"the client's elicitation capability does not include {mode!r} mode"
+        if not declared and mode != "form":
+            return f"the client's elicitation capability does not include {mode!r} mode"
+    return None
+
+
+def invalid_answer_reason(request: Mapping[str, Any], answer: Any) -> str | None:
+    """Why `answer` does not answer `request`, or None when it is acceptable."""
+    model = {"elicitation/create": ElicitResult, "sampling/createMessage": CreateMessageResult}.get(
+        str(request.get("method")), ListRootsResult
+    )
+    try:
+        parsed = model.model_validate(answer)
+    except pydantic.ValidationError as exc:
+        return f"not a {model.__name__}: {exc.errors()[0]['msg']}"
+    if isinstance(parsed, ElicitResult) and parsed.action == "accept":
+        schema = (request.get("params") or {}).get("requestedSchema")
+        if schema:
+            try:
+                jsonschema.validate(parsed.content or {}, schema)
+            except jsonschema.ValidationError as exc:
+                return f"content does not match the requested schema: {exc.message}"
+    return None

@@ -1,0 +1,228 @@
+"""Celery state + task record → the MCP task status. The only place Celery states are compared.
+
+| Celery state (result meta)                    | MCP status                                   |
+|-----------------------------------------------|----------------------------------------------|
+| no meta, PENDING, RECEIVED, STARTED, RETRY,   | working (input_required while the record     |
+| PROGRESS or any custom state, INPUT_REQUIRED  | holds outstanding input requests)            |
+| SUCCESS                                       | completed, the return value as CallToolResult|
+| FAILURE: mcp_celery.ProtocolError             | failed, with that JSON-RPC error             |
+| FAILURE: worker lost, time limit, terminated  | failed, -32603, statusMessage says why       |
+| FAILURE: any other exception                  | completed, isError: true                     |
+| REVOKED                                       | cancelled                                    |
+
+A cancel request that the job has not honoured within the grace period reads as
+cancelled, and a result the job produced after that is discarded. Once a terminal
+state has been frozen into the record it is returned as it is, for ever.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from mcp_celery.protocol import INTERNAL_ERROR, TERMINAL_STATUSES, TaskStatus, iso_ms
+from mcp_celery.record import TaskRecord
+from mcp_celery.tools import ToolSpec, call_tool_result
+
+__all__ = ["CELERY_TO_MCP_STATUS", "TaskView", "task_view"]
+
+CELERY_TO_MCP_STATUS: dict[str, TaskStatus] = {
+    "SUCCESS": "completed",
+    "FAILURE": "failed",  # refined by _failure(): most exceptions are tool errors
+    "REVOKED": "cancelled",
+}
+
+_WORKING_MESSAGES = {
+    "PENDING": "queued",
+    "RECEIVED": "queued on a worker",
+    "STARTED": "running",
+    "RETRY": "waiting to retry",
+    "INPUT_REQUIRED": "resuming with the answers",
+}
+
+# Failures of the execution itself rather than of the tool's logic: JSON-RPC errors.
+_INFRASTRUCTURE_FAILURES = {
+    "WorkerLostError": "the worker running the job was lost",
+    "TimeLimitExceeded": "the job exceeded its time limit",
+    "SoftTimeLimitExceeded": "the job exceeded its soft time limit",
+    "Terminated": "the job was terminated",
+    "WorkerTerminate": "the worker was terminated",
+    "WorkerShutdown": "the worker shut down",
+}
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """An MCP task status at one moment, without the record's fixed fields."""
+
+    status: TaskStatus
+    updated_ms: int
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    input_requests: dict[str, Any] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "status": self.status,
+                "updated": self.updated_ms,
+                "message": self.status_message,
+                "result": self.result,
+                "error": self.error,
+            }
+        )
+
+    @classmethod
+    def from_frozen(cls, frozen: dict[str, Any]) -> TaskView:
+        return cls(
+            status=frozen["status"],
+            updated_ms=frozen["updated"],
+            status_message=frozen.get("message"),
+            result=frozen.get("result"),
+            error=frozen.get("error"),
+        )
+
+    def detailed_task(self, record: TaskRecord, now_ms: int) -> dict[str, Any]:
+        """The wire `DetailedTask` (without `resultType`) for `tasks/get` and notifications."""
+        task: dict[str, Any] = {
+            "taskId": record.task_id,
+            "status": self.status,
+            "createdAt": iso_ms(record.created_ms),
+            "lastUpdatedAt": iso_ms(self.updated_ms),
+            "ttlMs": reported_ttl_ms(record, self, now_ms),
+            "pollIntervalMs": record.poll_ms,
+        }
+        if self.status_message:
+            task["statusMessage"] = self.status_message
+        if self.status == "input_required":
+            task["inputRequests"] = self.input_requests or {}
+        elif self.status == "completed":
+            task["result"] = self.result
+        elif self.status == "failed":
+            task["error"] = self.error
+        return task
+
+
+def reported_ttl_ms(record: TaskRecord, view: TaskView, now_ms: int) -> int | None:
+    """TTL counted from creation, as the spec has it, extended so that a live task never expires.
+
+    A running or waiting task is kept TTL past now; a finished one is kept TTL past its end.
+    """
+    if record.ttl_ms is None:
+        return None
+    anchor = view.updated_ms if view.terminal else now_ms
+    return max(anchor - record.created_ms, 0) + record.ttl_ms
+
+
+def expired(record: TaskRecord, view: TaskView, now_ms: int) -> bool:
+    return view.terminal and record.ttl_ms is not None and now_ms > view.updated_ms + record.ttl_ms
+
+
+def task_view(
+    record: TaskRecord,
+    meta: dict[str, Any] | None,
+    now_ms: int,
+    spec: ToolSpec | None,
+    *,
+    grace_ms: int,
+    debug: bool = False,
+) -> TaskView:
+    """The MCP view of a task from its record and its Celery result meta (None: no meta)."""
+    if record.final is not None:
+        return TaskView.from_frozen(record.final)
+    state = str(meta.get("status")) if meta else "PENDING"
+    cancel_deadline = None if record.cancel_ms is None else record.cancel_ms + grace_ms
+    if state in CELERY_TO_MCP_STATUS:
+        done_ms = _date_done_ms(meta) or now_ms
+        if cancel_deadline is not None and done_ms > cancel_deadline and state != "REVOKED":
+            return _cancelled_late(cancel_deadline)
+        return _terminal(state, meta or {}, done_ms, record, spec, debug)
+    if cancel_deadline is not None and now_ms >= cancel_deadline:
+        return _cancelled_late(cancel_deadline)
+    updated = record.updated_ms or record.created_ms
+    if record.inputs and record.cancel_ms is None:
+        return TaskView("input_required", updated, "waiting for input", input_requests=record.inputs)
+    message = "cancelling" if record.cancel_ms is not None else _progress_message(state, meta)
+    return TaskView("working", updated, message)
+
+
+def _cancelled_late(at_ms: int) -> TaskView:
+    return TaskView("cancelled", at_ms, "cancelled; the job did not stop within the grace period")
+
+
+def _terminal(
+    state: str, meta: dict[str, Any], done_ms: int, record: TaskRecord, spec: ToolSpec | None, debug: bool
+) -> TaskView:
+    if state == "SUCCESS":
+        value = meta.get("result")
+        result = spec.call_tool_result(value) if spec else call_tool_result(value)
+        return TaskView("completed", done_ms, result=result)
+    if state == "REVOKED":
+        return TaskView("cancelled", done_ms, _exception_text(meta.get("result")) or "cancelled")
+    return _failure(meta, done_ms, record.tool, debug)
+
+
+def _failure(meta: dict[str, Any], done_ms: int, tool: str, debug: bool) -> TaskView:
+    exc = meta.get("result") if isinstance(meta.get("result"), dict) else {}
+    assert isinstance(exc, dict)
+    exc_type = str(exc.get("exc_type", "Exception"))
+    args = exc.get("exc_message")
+    if exc_type == "ProtocolError" and isinstance(args, list) and len(args) >= 2 and isinstance(args[0], int):
+        error: dict[str, Any] = {"code": args[0], "message": str(args[1])}
+        if len(args) > 2 and args[2] is not None:
+            error["data"] = args[2]
+        return TaskView("failed", done_ms, str(args[1]), error=error)
+    if exc_type in _INFRASTRUCTURE_FAILURES:
+        detail = _exception_text(exc)
+        message = _INFRASTRUCTURE_FAILURES[exc_type] + (f": {detail}" if detail else "")
+        return TaskView("failed", done_ms, message, error={"code": INTERNAL_ERROR, "message": message})
+    text = f"Error executing tool {tool}: {exc_type}: {_exception_text(exc)}".rstrip(": ")
+    if debug and meta.get("traceback"):
+        text += "\n" + str(meta["traceback"])
+    result = {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": True}
+    return TaskView("completed", done_ms, result=result)
+
+
+def _exception_text(exc: Any) -> str:
+    if not isinstance(exc, dict):
+        return "" if exc is None else str(exc)
+    args = exc.get("exc_message")
+    if isinstance(args, list | tuple):
+        return ", ".join(str(a) for a in args)
+    return "" if args is None else str(args)
+
+
+def _progress_message(state: str, meta: dict[str, Any] | None) -> str:
+    """statusMessage for a working task; PROGRESS-style meta from update_state() is shown as is."""
+    if state in _WORKING_MESSAGES:
+        return _WORKING_MESSAGES[state]
+    info = meta.get("result") if meta else None
+    if isinstance(info, dict) and info:
+        for key in ("message", "status", "statusMessage", "msg"):
+            if isinstance(info.get(key), str):
+                return str(info[key])
+        if "current" in info and "total" in info:
+            return f"{info['current']}/{info['total']}"
+        return json.dumps(info, default=str)
+    return _WORKING_MESSAGES.get(state, state.lower())
+
+
+def _date_done_ms(meta: dict[str, Any] | None) -> int | None:
+    raw = meta.get("date_done") if meta else None
+    if not raw:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(raw))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        # Celery writes naive UTC when enable_utc is on (the default).
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)

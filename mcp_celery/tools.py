@@ -1,0 +1,156 @@
+"""ToolSpec: what the MCP side needs to know about one Celery task exposed as a tool.
+
+The input schema comes from the function signature through pydantic (a `JobContext`
+parameter is injected, not an argument); a pydantic model or TypedDict return
+annotation gives an output schema and `structuredContent`. Specs are checked when
+they are built, at import time, so a bad signature fails at `celery worker` or
+`mcp-celery serve` start, not at the first call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+import pydantic
+from celery import Celery, Task
+from typing_extensions import is_typeddict
+
+from mcp_celery.errors import ToolDefinitionError
+from mcp_celery.protocol import TaskMode
+
+__all__ = ["AskFirst", "ToolSpec", "build_input_model", "call_tool_result", "registry", "spec_for_task"]
+
+#: Questions settled through an MRTR round before a task is created: a fixed mapping of
+#: key to input request, or a function of the validated arguments returning one (or None).
+AskFirst = Mapping[str, Mapping[str, Any]] | Callable[[dict[str, Any]], Mapping[str, Mapping[str, Any]] | None]
+
+_TASK_MODES = ("optional", "required", "forbidden")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    celery_task: Task[Any, Any]
+    input_model: type[pydantic.BaseModel]
+    description: str | None = None
+    title: str | None = None
+    mode: TaskMode = "optional"
+    context_param: str | None = None
+    output_adapter: pydantic.TypeAdapter[Any] | None = None
+    terminate_on_cancel: bool = False
+    ask_first: AskFirst | None = None
+    input_schema: dict[str, Any] = field(init=False)
+    output_schema: dict[str, Any] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in _TASK_MODES:
+            raise ToolDefinitionError(f"tool {self.name!r}: task mode must be one of {_TASK_MODES}, not {self.mode!r}")
+        if self.ask_first is not None and self.mode == "forbidden":
+            # MRTR answers are delivered to a task; a forbidden tool never has one.
+            raise ToolDefinitionError(f"tool {self.name!r}: ask_first needs task mode 'optional' or 'required'")
+        object.__setattr__(self, "input_schema", self.input_model.model_json_schema())
+        schema = None if self.output_adapter is None else self.output_adapter.json_schema(mode="serialization")
+        object.__setattr__(self, "output_schema", schema)
+
+    def validate_arguments(self, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Validated arguments as JSON-ready values, ready for a Celery message.
+
+        Raises:
+            pydantic.ValidationError: the arguments do not match the input schema.
+        """
+        return self.input_model.model_validate(dict(arguments or {})).model_dump(mode="json")
+
+    def call_tool_result(self, value: Any) -> dict[str, Any]:
+        """The `CallToolResult` for a job's return value (already JSON-ready)."""
+        return call_tool_result(value, structured=self.output_schema is not None)
+
+    def to_wire(self) -> dict[str, Any]:
+        tool: dict[str, Any] = {"name": self.name, "inputSchema": self.input_schema}
+        if self.title:
+            tool["title"] = self.title
+        if self.description:
+            tool["description"] = self.description
+        if self.output_schema is not None:
+            tool["outputSchema"] = self.output_schema
+        return tool
+
+
+def call_tool_result(value: Any, *, structured: bool = False) -> dict[str, Any]:
+    """A successful `CallToolResult` carrying `value` as text (and as structuredContent if `structured`).
+
+    `resultType` is set inside the result too: the official TypeScript client rejects an
+    inlined task result without it.
+    """
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    result: dict[str, Any] = {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": False}
+    if structured:
+        result["structuredContent"] = value
+    return result
+
+
+_REGISTRIES: weakref.WeakKeyDictionary[Celery, dict[str, ToolSpec]] = weakref.WeakKeyDictionary()
+
+
+def registry(app: Celery) -> dict[str, ToolSpec]:
+    """The tools registered on `app`, by MCP tool name."""
+    return _REGISTRIES.setdefault(app, {})
+
+
+def spec_for_task(app: Celery, celery_name: str) -> ToolSpec | None:
+    return next((s for s in registry(app).values() if s.celery_task.name == celery_name), None)
+
+
+def build_input_model(
+    fn: Callable[..., Any], tool_name: str, *, skip: tuple[str, ...], context_type: type | None
+) -> tuple[type[pydantic.BaseModel], str | None, pydantic.TypeAdapter[Any] | None]:
+    """Input model, name of the context parameter, and output adapter for `fn`.
+
+    Raises:
+        ToolDefinitionError: a parameter is positional-only or variadic, or an annotation
+            cannot be turned into a JSON schema.
+    """
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # a bad forward reference: say which tool
+        raise ToolDefinitionError(f"tool {tool_name!r}: cannot resolve type hints: {exc}") from exc
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for index, (pname, param) in enumerate(inspect.signature(fn).parameters.items()):
+        if index == 0 and pname in skip:
+            continue
+        annotation = hints.get(pname, Any)
+        if context_type is not None and annotation is context_type:
+            context_param = pname
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: parameter {pname!r} is {param.kind.description}; "
+                "MCP arguments are named, so use ordinary keyword parameters"
+            )
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, default)
+    try:
+        model = pydantic.create_model(f"{tool_name}Arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
+        model.model_json_schema()
+    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
+        raise ToolDefinitionError(f"tool {tool_name!r}: arguments cannot become a JSON schema: {exc}") from exc
+    return model, context_param, _output_adapter(hints.get("return"), tool_name)
+
+
+def _output_adapter(annotation: Any, tool_name: str) -> pydantic.TypeAdapter[Any] | None:
+    structured = isinstance(annotation, type) and (
+        issubclass(annotation, pydantic.BaseModel) or is_typeddict(annotation)
+    )
+    if not structured:
+        return None
+    try:
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(annotation)
+        adapter.json_schema(mode="serialization")
+    except pydantic.PydanticSchemaGenerationError as exc:
+        raise ToolDefinitionError(f"tool {tool_name!r}: return type cannot become a JSON schema: {exc}") from exc
+    return adapter
