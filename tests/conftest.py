@@ -1,0 +1,85 @@
+"""Session fixtures: a real Redis, a real prefork worker and real server subprocesses.
+
+Tests use Redis databases 12 (broker) and 13 (results and records) of the Redis at
+MCP_CELERY_TEST_REDIS (default redis://127.0.0.1:6379), flushed once per session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.support import HttpClient, Process, StdioClient, free_port, start_worker, wait_for
+
+BASE = os.environ.get("MCP_CELERY_TEST_REDIS", "redis://127.0.0.1:6379").rstrip("/")
+os.environ.setdefault("TEST_BROKER_URL", f"{BASE}/12")
+os.environ.setdefault("TEST_RESULT_BACKEND", f"{BASE}/13")
+
+#: Server settings for the test servers: a short cancel grace and sync timeout keep tests quick.
+SERVER_ENV = {"MCP_CELERY_CANCEL_GRACE_S": "1", "MCP_CELERY_SYNC_TIMEOUT_S": "5"}
+
+
+@pytest.fixture(scope="session")
+def env() -> dict[str, str]:
+    return {**os.environ, **SERVER_ENV, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="session")
+def store_redis() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(os.environ["TEST_RESULT_BACKEND"])
+    client.ping()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def worker(env: dict[str, str], store_redis: redis.Redis, logs: Path) -> Iterator[Process]:
+    """The main prefork worker (4 processes, queue 'celery'), shared by the session."""
+    redis.Redis.from_url(os.environ["TEST_BROKER_URL"]).flushdb()
+    store_redis.flushdb()
+    proc = start_worker(env, logs / "worker.log")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def http_url(env: dict[str, str], worker: Process, logs: Path) -> Iterator[str]:
+    port = free_port()
+    args = ["python", "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--port", str(port)]
+    server = Process(args, env, logs / "http-server.log")
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def ready() -> bool:
+        assert server.alive(), server.output()
+        try:
+            return httpx.post(url, json={}, timeout=1).status_code < 500
+        except httpx.TransportError:
+            return False
+
+    wait_for(ready, 30, 0.1, "the HTTP server to answer")
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def client(http_url: str) -> Iterator[HttpClient]:
+    c = HttpClient(http_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def stdio(env: dict[str, str], worker: Process, logs: Path) -> Iterator[StdioClient]:
+    c = StdioClient(env, logs / f"stdio-{free_port()}.log")
+    yield c
+    c.close()

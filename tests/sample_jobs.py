@@ -1,0 +1,196 @@
+"""Jobs the test suite runs on a real worker. Each exists to show one behaviour."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import redis
+from celery import Celery
+from pydantic import BaseModel
+
+import mcp_celery
+
+BROKER = os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/12")
+BACKEND = os.environ.get("TEST_RESULT_BACKEND", "redis://127.0.0.1:6379/13")
+
+app = Celery("sample_jobs", broker=BROKER, backend=BACKEND)
+mcp_celery.configure_app(app)
+
+# Markers let tests see what a job body did, from outside the worker.
+markers = redis.Redis.from_url(BACKEND)
+
+CONFIRM = {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}
+NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+class Greeting(BaseModel):
+    text: str
+    length: int
+
+
+@mcp_celery.tool(app)
+def echo(text: str, times: int = 1) -> str:
+    """Repeat the text."""
+    return " ".join([text] * times)
+
+
+@mcp_celery.tool(app)
+def greeting(name: str) -> Greeting:
+    """A structured result."""
+    text = f"Hello, {name}!"
+    return Greeting(text=text, length=len(text))
+
+
+@mcp_celery.tool(app, task="forbidden")
+def sync_only(text: str) -> str:
+    return text.upper()
+
+
+@mcp_celery.tool(app, task="required")
+def required_job(text: str) -> str:
+    return text[::-1]
+
+
+@mcp_celery.tool(app)
+def boom(message: str = "kaboom") -> str:
+    raise ValueError(message)
+
+
+@mcp_celery.tool(app)
+def protocol_fail() -> str:
+    raise mcp_celery.ProtocolError(-32602, "bad thing", {"why": "testing"})
+
+
+@mcp_celery.tool(app)
+def die() -> str:
+    """Kill the pool process running this job, as the OOM killer would."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+@mcp_celery.tool(app, time_limit=1)
+def too_slow() -> str:
+    time.sleep(10)
+    return "unreachable"
+
+
+@mcp_celery.tool(app)
+def checkpoint_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str = "") -> str:
+    """Busy work with a checkpoint (ctx.status) every 50 ms; no cancellable sleep."""
+    if marker:
+        markers.set(marker, "started", ex=600)
+    deadline = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < deadline:
+        i += 1
+        ctx.status(f"step {i}")
+        time.sleep(0.05)
+    return f"finished {i} steps"
+
+
+@mcp_celery.tool(app, queue="later")
+def queued_elsewhere(ctx: mcp_celery.JobContext, marker: str) -> str:
+    """Routed to a queue the main test worker does not consume."""
+    markers.set(marker, "body ran", ex=600)
+    return "ran"
+
+
+@mcp_celery.tool(app)
+def stubborn(seconds: float, marker: str) -> str:
+    """Never reaches a checkpoint."""
+    time.sleep(seconds)
+    markers.set(marker, "finished", ex=600)
+    return "stubborn done"
+
+
+@mcp_celery.tool(app, terminate_on_cancel=True)
+def stubborn_terminable(seconds: float, marker: str) -> str:
+    markers.set(marker, "started", ex=600)
+    time.sleep(seconds)
+    markers.set(marker, "finished", ex=600)
+    return "stubborn done"
+
+
+@app.task(bind=True)
+def legacy_progress(self, steps: int) -> int:  # type: ignore[no-untyped-def]
+    """An ordinary Celery task with Celery-style progress."""
+    for i in range(steps):
+        self.update_state(state="PROGRESS", meta={"current": i + 1, "total": steps})
+        time.sleep(0.1)
+    return steps
+
+
+mcp_celery.expose(legacy_progress, name="legacy_progress")
+
+
+@app.task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+mcp_celery.expose(add)
+
+
+# ---------------------------------------------------------------- input requests
+
+
+@mcp_celery.tool(app, task="required")
+def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
+    answer = ctx.elicit("Publish the model?", CONFIRM, timeout=timeout)
+    if answer.action != "accept":
+        return f"user chose {answer.action}"
+    return "published" if (answer.content or {}).get("confirm") else "kept"
+
+
+@mcp_celery.tool(app, task="required")
+def ask_two(ctx: mcp_celery.JobContext) -> str:
+    answers = ctx.ask(
+        {"first": mcp_celery.elicitation("First name?", NAME), "second": mcp_celery.elicitation("Second name?", NAME)}
+    )
+    return f"{answers['first']['content']['name']} and {answers['second']['content']['name']}"
+
+
+@mcp_celery.tool(app)
+def ask_or_explain(ctx: mcp_celery.JobContext) -> str:
+    try:
+        ctx.elicit("Continue?", CONFIRM)
+    except mcp_celery.InputNotSupported as exc:
+        return f"cannot ask: {exc}"
+    return "asked"
+
+
+@mcp_celery.tool(app, task="required")
+def ask_sample_and_roots(ctx: mcp_celery.JobContext) -> str:
+    sample = ctx.sample("Say hi", max_tokens=10)
+    roots = ctx.roots()
+    text = sample.content.text if sample.content.type == "text" else "?"  # type: ignore[union-attr]
+    return f"{text} / {[str(r.uri) for r in roots.roots]}"
+
+
+@mcp_celery.tool(app, task="required")
+def two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
+    """Two questions in a row; counts its executions, to show answers replay after a redelivery."""
+    runs = markers.incr(marker)
+    first = ctx.elicit("First?", NAME)
+    second = ctx.elicit("Second?", NAME)
+    return f"{(first.content or {})['name']},{(second.content or {})['name']},runs={runs}"
+
+
+@mcp_celery.tool(
+    app,
+    task="required",
+    ask_first=lambda args: (
+        {"confirm": mcp_celery.elicitation(f"Delete {args['count']} files from {args['bucket']}?", CONFIRM)}
+        if args["count"] > 0
+        else None
+    ),
+)
+def delete_files(ctx: mcp_celery.JobContext, bucket: str, count: int) -> str:
+    answer = ctx.first_answers.get("confirm")
+    if answer is None:
+        return "nothing to delete"
+    if answer["action"] == "accept" and answer["content"]["confirm"]:
+        return f"deleted {count} files from {bucket}"
+    return "kept everything"

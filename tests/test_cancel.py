@@ -1,0 +1,95 @@
+"""Cancellation on a real prefork worker (items 27-30). Celery's revoke alone does not reach
+prefork children and is lost on restart; these tests pass only through the Redis flag."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+from tests import sample_jobs
+from tests.support import HttpClient, Process, start_worker, wait_for
+
+
+def marker() -> str:
+    return f"marker-{uuid.uuid4()}"
+
+
+def celery_state(store: redis.Redis, task_id: str) -> dict[str, object]:
+    return dict(json.loads(store.get(sample_jobs.app.backend.get_key_for_task(task_id)) or "{}"))
+
+
+def test_cancel_acks_empty_and_a_running_job_ends_cancelled_at_its_next_checkpoint(
+    client: HttpClient, store_redis: redis.Redis
+) -> None:
+    m = marker()
+    task_id = client.start("checkpoint_loop", {"seconds": 60, "marker": m})
+    wait_for(lambda: store_redis.get(m), 15, what="the job to start")
+    ack = client.result("tasks/cancel", {"taskId": task_id})
+    assert ack == {"resultType": "complete", "_meta": ack["_meta"]}  # item 27: no task fields
+    started = time.monotonic()
+    task = client.wait(task_id, timeout=10)
+    assert task["status"] == "cancelled"
+    assert time.monotonic() - started < 1.0  # checkpoints come every 50 ms
+    assert celery_state(store_redis, task_id)["status"] == "REVOKED"
+
+
+def test_cancelling_a_terminal_task_is_an_idempotent_ack_that_changes_nothing(client: HttpClient) -> None:  # 28
+    task_id = client.start("echo", {"text": "done"})
+    before = client.wait(task_id)
+    for _ in range(2):
+        assert client.result("tasks/cancel", {"taskId": task_id})["resultType"] == "complete"
+    after = client.get(task_id)
+    assert after["status"] == "completed" and after["result"] == before["result"]
+
+
+def test_a_task_cancelled_before_it_starts_never_runs_its_body(
+    client: HttpClient, store_redis: redis.Redis, env: dict[str, str], tmp_path: Path
+) -> None:
+    m = marker()
+    task_id = client.start("queued_elsewhere", {"marker": m})  # queue "later": no worker yet
+    client.result("tasks/cancel", {"taskId": task_id})
+    # No worker was online to receive the revoke broadcast, so Celery's own revoke is lost:
+    # only the flag in Redis can stop the body.
+    later = start_worker(env, tmp_path / "later.log", queues="later", name=f"later-{os.getpid()}")
+    try:
+        wait_for(lambda: celery_state(store_redis, task_id).get("status") == "REVOKED", 30, what="REVOKED")
+    finally:
+        later.stop()
+    assert store_redis.get(m) is None
+    assert client.get(task_id)["status"] == "cancelled"
+
+
+def test_a_job_without_checkpoints_is_reported_cancelled_after_the_grace_and_its_result_discarded(
+    client: HttpClient, store_redis: redis.Redis
+) -> None:
+    m = marker()
+    task_id = client.start("stubborn", {"seconds": 3, "marker": m})
+    client.wait(task_id, {"working"})
+    wait_for(lambda: celery_state(store_redis, task_id).get("status") == "STARTED", 15, what="STARTED")
+    client.result("tasks/cancel", {"taskId": task_id})
+    assert client.get(task_id)["status"] == "working"  # the test server's grace is 1 s
+    task = client.wait(task_id, timeout=10)
+    assert task["status"] == "cancelled"
+    wait_for(lambda: celery_state(store_redis, task_id).get("status") == "SUCCESS", 15, what="the late result")
+    assert store_redis.get(m) == b"finished"
+    late = client.get(task_id)
+    assert late["status"] == "cancelled" and "result" not in late
+
+
+def test_a_tool_that_opts_in_is_terminated_when_it_ignores_the_cancel(
+    client: HttpClient, store_redis: redis.Redis, worker: Process
+) -> None:
+    m = marker()
+    task_id = client.start("stubborn_terminable", {"seconds": 20, "marker": m})
+    wait_for(lambda: store_redis.get(m), 15, what="the job to start")
+    client.result("tasks/cancel", {"taskId": task_id})
+    wait_for(lambda: celery_state(store_redis, task_id).get("status") == "REVOKED", 15, what="terminate")
+    assert "terminated" in json.dumps(celery_state(store_redis, task_id)["result"])
+    assert client.get(task_id)["status"] == "cancelled"
+    assert store_redis.get(m) == b"started"  # it never finished
+    assert worker.alive()
