@@ -7,7 +7,6 @@ import importlib
 import logging
 import sys
 
-
 import anyio
 from celery import Celery
 

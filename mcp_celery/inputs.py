@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pydantic
 from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
 
@@ -77,9 +77,11 @@ def missing_capability(request: Mapping[str, Any], capabilities: Mapping[str, An
 
 def invalid_answer_reason(request: Mapping[str, Any], answer: Any) -> str | None:
     """Why `answer` does not answer `request`, or None when it is acceptable."""
-    model = {"elicitation/create": ElicitResult, "sampling/createMessage": CreateMessageResult}.get(
-        str(request.get("method")), ListRootsResult
-    )
+    models: dict[str, type[pydantic.BaseModel]] = {
+        "elicitation/create": ElicitResult,
+        "sampling/createMessage": CreateMessageResult,
+    }
+    model = models.get(str(request.get("method")), ListRootsResult)
     try:
         parsed = model.model_validate(answer)
     except pydantic.ValidationError as exc:

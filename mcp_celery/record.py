@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp_celery.keys import INPUT_FIELD_PREFIX
 
-__all__ = ["TaskRecord", "decode_hash"]
+__all__ = ["TaskRecord", "as_text", "decode_hash"]
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,8 @@ class TaskRecord:
 
 
 def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in raw.items()}
+    return {as_text(k): as_text(v) for k, v in raw.items()}
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

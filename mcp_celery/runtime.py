@@ -41,12 +41,18 @@ class Runtime:
                 f"Celery app {self.app.main!r} has result backend {type(self.app.backend).__name__}; mcp-celery "
                 "needs a Redis result backend (e.g. Celery(..., backend='redis://127.0.0.1:6379/0'))"
             )
-        expires = self.app.backend.expires
+        expires = self._expires
         if expires and expires < MIN_TTL_S:
             raise ConfigurationError(
                 f"result_expires is {expires} s; MCP tasks must stay readable for at least {MIN_TTL_S} s, "
                 "so set result_expires to 60 or more (or None to keep results for ever)"
             )
+
+    @property
+    def _expires(self) -> float | None:
+        """Celery's result_expires in seconds, as its backend applies it (None: never)."""
+        expires: float | None = getattr(self.app.backend, "expires", None)
+        return expires
 
     @property
     def keys(self) -> Keys:
@@ -59,7 +65,7 @@ class Runtime:
     @property
     def ttl_s(self) -> int | None:
         """How long a finished task stays readable: Celery's result_expires (None: for ever)."""
-        expires = self.app.backend.expires
+        expires = self._expires
         return int(expires) if expires else None
 
     @property
@@ -72,10 +78,16 @@ class Runtime:
         return (self.ttl_s or 365 * 86400) + self.settings.max_job_s
 
     def meta_key(self, task_id: str) -> Any:
-        return self.app.backend.get_key_for_task(task_id)
+        return self.app.backend.get_key_for_task(task_id)  # type: ignore[attr-defined]
 
     def pending_meta(self, task_id: str) -> Any:
-        meta = {"status": "PENDING", "result": None, "traceback": None, "children": [], "date_done": None}
+        meta: dict[str, Any] = {
+            "status": "PENDING",
+            "result": None,
+            "traceback": None,
+            "children": [],
+            "date_done": None,
+        }
         return self.app.backend.encode({**meta, "task_id": task_id})
 
     def decode_meta(self, raw: bytes | None) -> dict[str, Any] | None:

@@ -229,8 +229,8 @@ class TaskServer:
                         await self._cancel(record.task_id, spec)
         if not finished:
             return _tool_error(
-                f"Error executing tool {spec.name}: no result within {self.settings.sync_timeout_s:g} s, so the job was "
-                "cancelled; clients that declare the tasks extension can run it as a task"
+                f"Error executing tool {spec.name}: no result within {self.settings.sync_timeout_s:g} s, so the job "
+                "was cancelled; clients that declare the tasks extension can run it as a task"
             )
         view = await self._view(record.task_id)
         if view is None or view.status == "cancelled":

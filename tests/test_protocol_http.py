@@ -252,3 +252,15 @@ def test_tasks_get_costs_two_redis_commands_on_one_connection(client: HttpClient
     assert names == ["HGETALL", "GET"] * 10, names
     for first, second in zip(seen[::2], seen[1::2], strict=True):
         assert first["client_address"] == second["client_address"] and first["client_port"] == second["client_port"]
+
+
+def test_a_synchronous_call_that_outlasts_the_sync_timeout_is_cancelled_with_a_tool_error(
+    client: HttpClient, store_redis: redis.Redis
+) -> None:
+    # The test server's sync timeout is 5 s (MCP_CELERY_SYNC_TIMEOUT_S in conftest).
+    m = f"sync-{uuid.uuid4()}"
+    reply = client.result(
+        "tools/call", {"name": "checkpoint_loop", "arguments": {"seconds": 30, "marker": m}}, capabilities={}
+    )
+    assert reply["isError"] is True and "no result within 5 s" in reply["content"][0]["text"]
+    assert store_redis.get(m) == b"started"

@@ -1,0 +1,102 @@
+"""Tool definitions: schemas, validation at import time, the public surface and the tiers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from celery import Celery
+
+import mcp_celery
+from mcp_celery.runtime import Runtime
+from mcp_celery.settings import Settings
+from mcp_celery.tools import registry
+
+
+def make_app(**conf: Any) -> Celery:
+    app = Celery("t", broker="memory://", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+    app.conf.update(conf)
+    return app
+
+
+def test_bad_signatures_fail_at_definition_time_with_a_reason() -> None:
+    app = make_app()
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="variadic"):
+
+        @mcp_celery.tool(app)
+        def star(*args: int) -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="task mode"):
+
+        @mcp_celery.tool(app, task="sometimes")  # type: ignore[arg-type]
+        def mode() -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="JSON schema"):
+
+        @mcp_celery.tool(app)
+        def unschemable(thing: object.__class__) -> None: ...  # type: ignore[valid-type]
+
+
+def test_tool_names_must_be_unique_per_app() -> None:
+    app = make_app()
+
+    @mcp_celery.tool(app, name="same")
+    def one() -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="taken"):
+
+        @mcp_celery.tool(app, name="same")
+        def two() -> None: ...
+
+
+def test_options_reach_celery_and_the_tool_spec() -> None:
+    app = make_app()
+
+    @mcp_celery.tool(app, name="n", title="T", description="D", task="required", queue="q", time_limit=7)
+    def fn(ctx: mcp_celery.JobContext, x: int = 1) -> int:
+        return x
+
+    spec = registry(app)["n"]
+    assert (spec.title, spec.description, spec.mode, spec.context_param) == ("T", "D", "required", "ctx")
+    assert spec.celery_task.queue == "q" and spec.celery_task.time_limit == 7
+    assert spec.to_wire()["inputSchema"]["properties"] == {"x": {"default": 1, "title": "X", "type": "integer"}}
+
+
+def test_a_tool_called_the_plain_celery_way_still_runs() -> None:
+    app = make_app(task_always_eager=True)
+
+    @mcp_celery.tool(app)
+    def double(ctx: mcp_celery.JobContext, x: int) -> int:
+        ctx.check_cancelled()  # detached context: never cancelled
+        with pytest.raises(mcp_celery.InputNotSupported):
+            ctx.elicit("?", {"type": "object"})
+        return 2 * x
+
+    assert double.delay(x=21).get() == 42  # type: ignore[attr-defined]
+
+
+def test_ttl_comes_from_result_expires_and_is_never_below_a_minute() -> None:
+    assert Runtime(make_app(), Settings()).ttl_ms == 86_400_000  # Celery's default: one day
+    assert Runtime(make_app(result_expires=7200), Settings()).ttl_ms == 7_200_000
+    assert Runtime(make_app(result_expires=None), Settings()).ttl_ms is None
+    with pytest.raises(mcp_celery.ConfigurationError, match="at least 60"):
+        Runtime(make_app(result_expires=30), Settings())
+
+
+def test_a_non_redis_result_backend_is_a_clear_configuration_error() -> None:
+    app = Celery("t", broker="memory://", backend="cache+memory://", set_as_current=False)
+    with pytest.raises(mcp_celery.ConfigurationError, match="Redis result backend"):
+        Runtime(app, Settings())
+
+
+def test_public_names() -> None:
+    for name in mcp_celery.__all__:
+        assert getattr(mcp_celery, name) is not None, name
+
+
+def test_the_worker_side_never_imports_the_mcp_server() -> None:
+    code = "import sys, tests.sample_jobs; print(any(m.startswith('mcp.server') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
