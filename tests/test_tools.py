@@ -10,6 +10,7 @@ import pytest
 from celery import Celery
 
 import mcp_celery
+from mcp_celery.cli import load_app
 from mcp_celery.runtime import Runtime
 from mcp_celery.settings import Settings
 from mcp_celery.tools import registry
@@ -100,3 +101,22 @@ def test_the_worker_side_never_imports_the_mcp_server() -> None:
     code = "import sys, tests.sample_jobs; print(any(m.startswith('mcp.server') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_dash_a_takes_a_module_or_module_colon_app_like_celery() -> None:
+    from tests import sample_jobs
+
+    assert load_app("tests.sample_jobs") is sample_jobs.app
+    assert load_app("tests.sample_jobs:app") is sample_jobs.app
+    with pytest.raises(mcp_celery.ConfigurationError, match="cannot import"):
+        load_app("tests.no_such_module")
+    with pytest.raises(mcp_celery.ConfigurationError, match="no Celery app"):
+        load_app("tests.sample_jobs:markers")
+
+
+def test_serve_reports_configuration_errors_without_a_traceback() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.no_such_module"], capture_output=True, text=True
+    )
+    assert out.returncode == 2
+    assert "cannot import 'tests.no_such_module'" in out.stderr and "Traceback" not in out.stderr
