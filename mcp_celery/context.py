@@ -93,9 +93,11 @@ class JobContext:
             return
         deadline = time.monotonic() + seconds
         self.check_cancelled()
+        store = self._rt.sync_store
         while (left := deadline - time.monotonic()) > 0:
-            if self._rt.sync_store.wait_bell(self.task_id, left):
-                self.check_cancelled()
+            if store.wait_bell(self.task_id, left) and store.cancel_requested(self.task_id):
+                store.ring(self.task_id)
+                raise TaskCancelled(self.task_id)
 
     def ask(self, requests: Mapping[str, Mapping[str, Any]], timeout: float | None = None) -> dict[str, dict[str, Any]]:
         """Send input requests to the client and block until every one is answered.
@@ -183,13 +185,18 @@ class JobContext:
             # One blocking call per wake-up: the bell rings on every answer and on cancel.
             rang = store.wait_bell(self.task_id, deadline - time.monotonic())
             cancel, answers = store.poll_answers(self.task_id, keys)
-            if cancel:
-                raise TaskCancelled(self.task_id)
-            if len(answers) == len(keys):
-                break
-            if not rang and time.monotonic() >= deadline:
+            if not cancel and len(answers) < len(keys) and not rang and time.monotonic() >= deadline:
                 store.withdraw_inputs(self.task_id, [k for k in keys if k not in answers])
-                raise InputTimeout(f"no answer to {sorted(set(keys) - set(answers))} within the timeout")
+                # An answer taken between the poll and the withdrawal was acked to the client: keep it.
+                cancel, answers = store.poll_answers(self.task_id, keys)
+                if not cancel and len(answers) < len(keys):
+                    raise InputTimeout(f"no answer to {sorted(set(keys) - set(answers))} within the timeout")
+            if cancel or len(answers) == len(keys):
+                # Another execution of this task (a duplicate delivery) may be blocked on the bell too.
+                store.ring(self.task_id)
+                if cancel:
+                    raise TaskCancelled(self.task_id)
+                break
         self._task.update_state(state="STARTED", meta={"message": "running"})
         self._send_event("task-started")
         return answers

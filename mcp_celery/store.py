@@ -163,6 +163,10 @@ class SyncStore(_Base):
     def withdraw_inputs(self, task_id: str, wire_keys: list[str]) -> None:
         self.redis.hdel(self.keys.task(task_id), *[INPUT_FIELD_PREFIX + k for k in wire_keys])
 
+    def ring(self, task_id: str) -> None:
+        """Pass a wake-up on: BLPOP wakes one waiter per ring, and a duplicate delivery may be waiting too."""
+        self.redis.lpush(self.keys.bell(task_id), "relay")
+
     def wait_bell(self, task_id: str, timeout_s: float) -> bool:
         """Block until the bell rings (answer or cancel) or the timeout passes; True if it rang."""
         # BLPOP takes a float timeout; 0 would mean forever, so never pass it.
