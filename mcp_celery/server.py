@@ -21,6 +21,7 @@ import pydantic
 import redis.asyncio as aioredis
 from anyio.abc import TaskGroup
 from celery import Celery
+from celery import _state as celery_state
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -46,13 +47,13 @@ from mcp_celery.runtime import Runtime, now_ms, runtime
 from mcp_celery.settings import Settings
 from mcp_celery.store import AsyncStore
 from mcp_celery.tools import ToolSpec, registry
+from mcp_celery.waiter import READY_STATES, ResultWaiter
 
 __all__ = ["TaskIdParams", "TaskServer", "UpdateTaskParams", "create_server"]
 
 logger = logging.getLogger(__name__)
 
 Ctx = ServerRequestContext[Any, Any]
-_READY = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 
 
 class TaskIdParams(types.RequestParams):
@@ -73,10 +74,15 @@ def create_server(app: Celery, settings: Settings | None = None, *, name: str | 
 
 class TaskServer:
     def __init__(self, app: Celery, settings: Settings | None = None, *, name: str | None = None) -> None:
+        # This process never waits on a Celery result with AsyncResult.get(). Telling Celery so
+        # stops its Redis backend from SUBSCRIBE-ing to every task the server queues (and never
+        # unsubscribing until the result arrives): two commands and a growing channel set per task.
+        celery_state._set_task_join_will_block(True)  # type: ignore[attr-defined]
         self.app = app
         self.rt: Runtime = runtime(app, settings)
         self.settings = self.rt.settings
         self._store: AsyncStore | None = None
+        self._waiter: ResultWaiter | None = None
         self._tg: TaskGroup | None = None
         server: Server[Any] = Server(
             name or f"mcp-celery ({app.main})",
@@ -104,16 +110,19 @@ class TaskServer:
 
     @asynccontextmanager
     async def _lifespan(self, _: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        waiter = self._waiter = ResultWaiter(self.store.redis, self.rt.decode_meta)
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            tg.start_soon(waiter.run)
             try:
                 yield {}
             finally:
                 tg.cancel_scope.cancel()
-                self._tg = None
-                if self._store is not None:
-                    await self._store.redis.aclose()
-                    self._store = None
+                self._tg = self._waiter = None
+        await waiter.aclose()
+        if self._store is not None:
+            await self._store.redis.aclose()
+            self._store = None
 
     # ---------------------------------------------------------------- tools
 
@@ -213,20 +222,24 @@ class TaskServer:
         self, ctx: Ctx, spec: ToolSpec, arguments: dict[str, Any], first_answers: dict[str, Any]
     ) -> types.CallToolResult:
         record = self._new_record(ctx, spec, first_answers, sync=True)
-        meta_key = self.rt.meta_key(record.task_id)
-        async with self.store.redis.pubsub() as pubsub:
-            # Subscribe before queueing: Celery publishes every state change on the meta key.
-            await pubsub.subscribe(meta_key)
+        waiter = self._waiter
+        if waiter is None:
+            raise MCPError(INTERNAL_ERROR, "the server is not running (no lifespan)")
+        channel = bytes(self.rt.meta_key(record.task_id))
+        # Subscribe before queueing: Celery publishes every state it stores on the meta key.
+        ready = await waiter.subscribe(channel)
+        finished = False
+        try:
             await self._enqueue(spec, record, arguments)
-            finished = False
-            try:
-                with anyio.move_on_after(self.settings.sync_timeout_s):
-                    await _wait_ready(pubsub, self.rt)
-                    finished = True
-            finally:
+            with anyio.move_on_after(self.settings.sync_timeout_s):
+                if not await waiter.ready_now(channel):
+                    await ready.wait()
+                finished = True
+        finally:
+            with anyio.CancelScope(shield=True):
+                await waiter.unsubscribe(channel)
                 if not finished:
-                    with anyio.CancelScope(shield=True):
-                        await self._cancel(record.task_id, spec)
+                    await self._cancel(record.task_id, spec)
         if not finished:
             return _tool_error(
                 f"Error executing tool {spec.name}: no result within {self.settings.sync_timeout_s:g} s, so the job "
@@ -283,7 +296,7 @@ class TaskServer:
         await anyio.sleep(self.settings.cancel_grace_s)
         record, meta = await self.store.read(task_id)
         decoded = self.rt.decode_meta(meta)
-        if record is not None and (decoded or {}).get("status") not in _READY:
+        if record is not None and (decoded or {}).get("status") not in READY_STATES:
             logger.warning("task %s did not stop within the grace period; terminating its worker process", task_id)
             await anyio.to_thread.run_sync(lambda: self.app.control.revoke(task_id, terminate=True))
 
@@ -383,14 +396,3 @@ def _needed(request: Mapping[str, Any]) -> dict[str, Any]:
 
 def _tool_error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
-
-
-async def _wait_ready(pubsub: aioredis.client.PubSub, rt: Runtime) -> None:
-    """Return once Celery has published a ready state (SUCCESS, FAILURE, REVOKED) on the subscribed meta key."""
-    while True:
-        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
-        if message is None or message.get("type") != "message":
-            continue
-        meta = rt.decode_meta(message["data"])
-        if (meta or {}).get("status") in _READY:
-            return
