@@ -89,6 +89,9 @@ class TaskServer:
             version=__version__,
             lifespan=self._lifespan,
             on_list_tools=self.list_tools,
+            # Without this the SDK runs the whole tools/list handler on every tools/call that has
+            # arguments, to find the schema it checks Mcp-Param headers against.
+            get_tool_input_schema=self._input_schema,
         )
         server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_tool)
         server.add_request_handler("tasks/get", TaskIdParams, self.tasks_get)
@@ -125,6 +128,10 @@ class TaskServer:
             self._store = None
 
     # ---------------------------------------------------------------- tools
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        spec = self.tools.get(name)
+        return None if spec is None else spec.input_schema
 
     async def list_tools(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool.model_validate(spec.to_wire()) for spec in self.tools.values()])
