@@ -5,15 +5,23 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 import anyio
+import uvicorn
 from celery import Celery
+from mcp.server.stdio import stdio_server
+from starlette.applications import Starlette
 
+from mcp_celery.demo import run_demo
 from mcp_celery.errors import ConfigurationError
+from mcp_celery.server import create_server
 from mcp_celery.settings import Settings
 
-__all__ = ["load_app", "main"]
+__all__ = ["http_app", "load_app", "main"]
+
+_APP_ENV, _HOST_ENV = "MCP_CELERY_APP", "MCP_CELERY_HOST"
 
 
 def load_app(spec: str) -> Celery:
@@ -42,18 +50,20 @@ def load_app(spec: str) -> Celery:
     )
 
 
-def serve(app: Celery, *, http: bool, host: str, port: int, settings: Settings) -> None:
-    from mcp_celery.server import create_server
+def http_app() -> Starlette:
+    """ASGI app factory for `serve --http`; with `--workers N` each worker process builds its own server."""
+    server = create_server(load_app(os.environ[_APP_ENV]), Settings())
+    return server.streamable_http_app(stateless_http=True, json_response=True, host=os.environ[_HOST_ENV])
 
-    server = create_server(app, settings)
+
+def serve(app_spec: str, *, http: bool, host: str, port: int, workers: int) -> None:
     if http:
-        import uvicorn
-
-        asgi = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
-        uvicorn.run(asgi, host=host, port=port, log_level="warning")
+        os.environ[_APP_ENV], os.environ[_HOST_ENV] = app_spec, host
+        # Task state lives in Redis only, so any worker process can answer for any task.
+        target = "mcp_celery.cli:http_app" if workers > 1 else http_app()
+        uvicorn.run(target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning")
         return
-
-    from mcp.server.stdio import stdio_server
+    server = create_server(load_app(app_spec), Settings())
 
     async def run_stdio() -> None:
         async with stdio_server() as (read, write):
@@ -73,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--host", default="127.0.0.1")
     run.add_argument("--port", type=int, default=8000)
+    run.add_argument("--workers", type=int, default=1, help="HTTP server processes (default 1)")
     demo = commands.add_parser("demo", help="start Redis if needed, a worker and the server, and walk through the demo")
     demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
     demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
@@ -84,10 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
     try:
         if args.command == "serve":
-            serve(load_app(args.app), http=args.http, host=args.host, port=args.port, settings=Settings())
+            load_app(args.app)  # fail early, with a clear message, before any worker process starts
+            serve(args.app, http=args.http, host=args.host, port=args.port, workers=args.workers)
         else:
-            from mcp_celery.demo import run_demo
-
             sys.exit(run_demo(port=args.port, keep_serving=args.serve))
     except ConfigurationError as exc:
         print(f"mcp-celery: {exc}", file=sys.stderr)
