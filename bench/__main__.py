@@ -155,8 +155,15 @@ def machine_info(redis_version: str) -> None:
             vers[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             vers[pkg] = "-"
-    R["machine"] = {"cpu": cpu, "cores": os.cpu_count(), "memory": mem, "python": platform.python_version(),
-                    "redis": redis_version, "os": platform.platform(), **vers}
+    R["machine"] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory": mem,
+        "python": platform.python_version(),
+        "redis": redis_version,
+        "os": platform.platform(),
+        **vers,
+    }
 
 
 # --------------------------------------------------------------------------------------------- ceiling and floor
@@ -167,8 +174,9 @@ async def phase_ceiling(cfg: Cfg) -> None:
         url = f"http://127.0.0.1:{port}/"
         await wait_http(url, 20, p)
         for c in (1, 16):
-            res = await load.run_load(lambda cl, i: load.call_tool(cl, url, "noop", {"x": i}), c,
-                                      duration=cfg.dur, warmup=cfg.warm)
+            res = await load.run_load(
+                lambda cl, i: load.call_tool(cl, url, "noop", {"x": i}), c, duration=cfg.dur, warmup=cfg.warm
+            )
             record_load(f"ceiling.c{c}", res)
     finally:
         p.stop()
@@ -181,12 +189,14 @@ async def phase_floor(cfg: Cfg) -> None:
         url = f"http://127.0.0.1:{port}/mcp"
         await wait_http(url, 20, p)
         for c in (1, 16):
-            res = await load.run_load(lambda cl, i: load.call_tool(cl, url, "noop", {"x": i}), c,
-                                      duration=cfg.dur, warmup=cfg.warm)
+            res = await load.run_load(
+                lambda cl, i: load.call_tool(cl, url, "noop", {"x": i}), c, duration=cfg.dur, warmup=cfg.warm
+            )
             record_load(f"floor.call.c{c}", res)
         for c in (1, 16):
-            res = await load.run_load(lambda cl, i: load.tasks_get(cl, url, f"t{i % 1000:032d}"), c,
-                                      duration=cfg.dur, warmup=cfg.warm)
+            res = await load.run_load(
+                lambda cl, i: load.tasks_get(cl, url, f"t{i % 1000:032d}"), c, duration=cfg.dur, warmup=cfg.warm
+            )
             record_load(f"floor.get.c{c}", res)
     finally:
         p.stop()
@@ -195,9 +205,26 @@ async def phase_floor(cfg: Cfg) -> None:
 # --------------------------------------------------------------------------------------------- Celery worker
 def start_worker(redis_url: str, name: str) -> Proc:
     celery = shutil.which("celery") or "celery"
-    p = start(name, [celery, "-A", "bench.bench_jobs", "worker", "-P", "prefork", "-c", "2", "--without-gossip",
-                     "--without-mingle", "-l", "WARNING", "-n", f"{name}@%h"],
-              env={"BENCH_REDIS_URL": redis_url})
+    p = start(
+        name,
+        [
+            celery,
+            "-A",
+            "bench.bench_jobs",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "WARNING",
+            "-n",
+            f"{name}@%h",
+        ],
+        env={"BENCH_REDIS_URL": redis_url},
+    )
     return p
 
 
@@ -226,8 +253,16 @@ def phase_raw_celery(cfg: Cfg, rds: BenchRedis) -> None:
     from bench import bench_jobs
 
     app = bench_jobs.app
-    keys = ("task_acks_late", "worker_prefetch_multiplier", "worker_disable_prefetch", "task_track_started",
-            "result_extended", "worker_send_task_events", "task_send_sent_event", "result_expires")
+    keys = (
+        "task_acks_late",
+        "worker_prefetch_multiplier",
+        "worker_disable_prefetch",
+        "task_track_started",
+        "result_extended",
+        "worker_send_task_events",
+        "task_send_sent_event",
+        "result_expires",
+    )
     how = "mcp_celery.configure_app(app)" if bench_jobs.HAVE_MCP_CELERY else "celery-notes §4 fallback"
     R["raw.config"] = how + ": " + ", ".join(f"{k}={app.conf.get(k)!r}" for k in keys)
     r = rds.client()
@@ -258,8 +293,10 @@ def phase_raw_celery(cfg: Cfg, rds: BenchRedis) -> None:
             lat.append(time.perf_counter() - t0)
         R["raw.rt.p50"], R["raw.rt.p95"] = pct(lat, 50), pct(lat, 95)
         FOREIGN.append(("raw.rt", CpuProbe.foreign(cpu0, CpuProbe.sample())))
-        say(f"  raw apply_async p50 {R['raw.apply.p50']:.2f}ms; delay().get() p50 {R['raw.rt.p50']:.2f}ms "
-            f"p95 {R['raw.rt.p95']:.2f}ms")
+        say(
+            f"  raw apply_async p50 {R['raw.apply.p50']:.2f}ms; delay().get() p50 {R['raw.rt.p50']:.2f}ms "
+            f"p95 {R['raw.rt.p95']:.2f}ms"
+        )
         # Redis commands per task: publish N (no get), wait for the worker to drain
         n = cfg.n_mem
         c0, m0, t0 = commandstats(r), int(r.info("memory")["used_memory"]), time.monotonic()
@@ -322,6 +359,7 @@ async def e2e_op(url: str, tool: str = "noop") -> Any:
                 raise load.RpcError(f"task {tid} {st}: {g}")
             if time.monotonic() > end:
                 raise TimeoutError(f"task {tid} still {st}")
+
     return op
 
 
@@ -386,8 +424,10 @@ async def measure_task_server(tag: str, cfg: Cfg, rds: BenchRedis, url: str, *, 
     done = await all_completed(url, ids)
     if done != n:
         NOTES.append(f"{tag}: only {done}/{n} tasks completed after the drain")
-    say(f"  {tag} Redis cmds per tools/call+job {R[f'{tag}.cmds_per_task']:.2f} ({R[f'{tag}.cmds_breakdown']}); "
-        f"memory {R[f'{tag}.mem_per_task']:.0f} B/task")
+    say(
+        f"  {tag} Redis cmds per tools/call+job {R[f'{tag}.cmds_per_task']:.2f} ({R[f'{tag}.cmds_breakdown']}); "
+        f"memory {R[f'{tag}.mem_per_task']:.0f} B/task"
+    )
     stored = sum(v.get("keys", 0) for k, v in r.info("keyspace").items())
     R[f"{tag}.keys_after_mem"] = stored
     sample = ids[:]
@@ -411,8 +451,10 @@ async def measure_task_server(tag: str, cfg: Cfg, rds: BenchRedis, url: str, *, 
     R[f"{tag}.cmds_per_get.raw"] = sum(d.values()) / k
     R[f"{tag}.get_breakdown"] = top_cmds(d, k)
     R[f"{tag}.rt_per_get"] = (rd1 - rd0 - 1 - idle_rps * dt) / k  # -1: the INFO that reads the counter
-    say(f"  {tag} per tasks/get: {R[f'{tag}.cmds_per_get']:.2f} cmds ({R[f'{tag}.get_breakdown']}), "
-        f"{R[f'{tag}.rt_per_get']:.2f} Redis round trips")
+    say(
+        f"  {tag} per tasks/get: {R[f'{tag}.cmds_per_get']:.2f} cmds ({R[f'{tag}.get_breakdown']}), "
+        f"{R[f'{tag}.rt_per_get']:.2f} Redis round trips"
+    )
 
     # tasks/get at 1,000,000 stored tasks (A/B/A': ~1k, fill, 1M, delete the synthetic ones, ~1k again)
     if fill_phase:
@@ -455,8 +497,10 @@ async def measure_task_server(tag: str, cfg: Cfg, rds: BenchRedis, url: str, *, 
     R[f"{tag}.sync_conns"] = (n1 - n0) / k
     R[f"{tag}.sync_cmds"] = (sum(d.values()) - idle_cps * dt) / k
     R[f"{tag}.sync_breakdown"] = top_cmds(d, k)
-    say(f"  {tag} sync path per call: {R[f'{tag}.sync_cmds']:.1f} Redis cmds ({R[f'{tag}.sync_breakdown']}), "
-        f"{R[f'{tag}.sync_conns']:.2f} new Redis connections")
+    say(
+        f"  {tag} sync path per call: {R[f'{tag}.sync_cmds']:.1f} Redis cmds ({R[f'{tag}.sync_breakdown']}), "
+        f"{R[f'{tag}.sync_conns']:.2f} new Redis connections"
+    )
 
 
 def redis_read_p50(rds: BenchRedis, templates: list[Any], ids: list[str], n: int = 3000) -> float:
@@ -491,8 +535,11 @@ async def fill_and_measure(tag: str, cfg: Cfg, rds: BenchRedis, url: str, sample
             key = t.key.replace(fill.PH, sample[0].encode())
             mem_one += int(rds.client(t.db).memory_usage(key) or 0)
     R[f"{tag}.mem_usage_one_task"] = mem_one
-    say(f"  {tag} records of one finished task: " + "; ".join(R[f"{tag}.fill.templates"]) +
-        f"; MEMORY USAGE sum {mem_one} B")
+    say(
+        f"  {tag} records of one finished task: "
+        + "; ".join(R[f"{tag}.fill.templates"])
+        + f"; MEMORY USAGE sum {mem_one} B"
+    )
     if not templates:
         NOTES.append(f"{tag}: no task records found for the fill")
         return
@@ -514,26 +561,31 @@ async def fill_and_measure(tag: str, cfg: Cfg, rds: BenchRedis, url: str, sample
     R[f"{tag}.fill.settle_s"] = rds.settle()
     R[f"{tag}.redis_read1m"] = redis_read_p50(rds, templates, sample)
     stored_after = sum(v.get("keys", 0) for k, v in r.info("keyspace").items())
-    say(f"  {tag} filled {n_fill} synthetic tasks in {secs:.1f}s ({stored_before} -> {stored_after} keys, "
-        f"{R[f'{tag}.fill.mem_per_task']:.0f} B/task)")
+    say(
+        f"  {tag} filled {n_fill} synthetic tasks in {secs:.1f}s ({stored_before} -> {stored_after} keys, "
+        f"{R[f'{tag}.fill.mem_per_task']:.0f} B/task)"
+    )
     # check that synthetic tasks are served
     async with load.new_client() as c:
         g = await load.tasks_get(c, url, fill.synthetic_id(sample[0], 12345 % max(1, n_fill) + 1))
         R[f"{tag}.fill.synthetic_status"] = g.get("status")
-    res = await load.run_load(lambda c, i: load.tasks_get(c, url, sample[i % len(sample)]), 1,
-                              duration=cfg.dur, warmup=cfg.warm)
+    res = await load.run_load(
+        lambda c, i: load.tasks_get(c, url, sample[i % len(sample)]), 1, duration=cfg.dur, warmup=cfg.warm
+    )
     record_load(f"{tag}.get1m.c1", res)
     R[f"{tag}.get1m.p50"] = res.p50
     ids = [fill.synthetic_id(sample[0], random.randint(1, max(1, n_fill))) for _ in range(2000)]
-    res = await load.run_load(lambda c, i: load.tasks_get(c, url, ids[i % len(ids)]), 1,
-                              duration=cfg.dur, warmup=cfg.warm)
+    res = await load.run_load(
+        lambda c, i: load.tasks_get(c, url, ids[i % len(ids)]), 1, duration=cfg.dur, warmup=cfg.warm
+    )
     record_load(f"{tag}.get1m_synth.c1", res)
     R[f"{tag}.stored_total"] = real + n_fill
     R[f"{tag}.redis_read1m_after"] = redis_read_p50(rds, templates, sample)
     secs = fill.fill("127.0.0.1", rds.port, sample[0], templates, n_fill, deadline_s=300, delete=True)
     say(f"  {tag} deleted the {n_fill} synthetic tasks in {secs:.1f}s")
-    res = await load.run_load(lambda c, i: load.tasks_get(c, url, sample[i % len(sample)]), 1,
-                              duration=cfg.dur, warmup=cfg.warm)
+    res = await load.run_load(
+        lambda c, i: load.tasks_get(c, url, sample[i % len(sample)]), 1, duration=cfg.dur, warmup=cfg.warm
+    )
     record_load(f"{tag}.get1k_after.c1", res)
     R[f"{tag}.get1k_after.p50"] = res.p50
 
@@ -550,8 +602,11 @@ async def phase_ours(cfg: Cfg, rds: BenchRedis) -> None:
     port = spare_port()
     env = {"BENCH_REDIS_URL": rds.url}
     w = start_worker(rds.url, "worker-ours")
-    s = start("ours-server", argv + ["serve", "-A", "bench.bench_jobs", "--http", "--host", "127.0.0.1",
-                                     "--port", str(port)], env=env)
+    s = start(
+        "ours-server",
+        argv + ["serve", "-A", "bench.bench_jobs", "--http", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+    )
     try:
         wait_worker(bench_jobs.app, w)
         wait_port(port, 30, s.popen)
@@ -610,55 +665,79 @@ def goals() -> list[tuple[str, str, str]]:
 
     if have("ours.call.c1.p50", "floor.call.c1.p50"):
         x = R["ours.call.c1.p50"] / R["floor.call.c1.p50"]
-        g("tools/call-to-handle p50 ≤ 1.7× floor p50", x <= 1.7,
-          f"{R['ours.call.c1.p50']:.2f} ms vs floor {R['floor.call.c1.p50']:.2f} ms = {x:.2f}×")
+        g(
+            "tools/call-to-handle p50 ≤ 1.7× floor p50",
+            x <= 1.7,
+            f"{R['ours.call.c1.p50']:.2f} ms vs floor {R['floor.call.c1.p50']:.2f} ms = {x:.2f}×",
+        )
     else:
         g("tools/call-to-handle p50 ≤ 1.7× floor p50", None, "not measured")
     if have("ours.get.c1.p50", "floor.get.c1.p50"):
         x = R["ours.get.c1.p50"] / R["floor.get.c1.p50"]
-        g("tasks/get p50 ≤ 1.25× floor p50", x <= 1.25,
-          f"{R['ours.get.c1.p50']:.2f} ms vs floor {R['floor.get.c1.p50']:.2f} ms = {x:.2f}×")
+        g(
+            "tasks/get p50 ≤ 1.25× floor p50",
+            x <= 1.25,
+            f"{R['ours.get.c1.p50']:.2f} ms vs floor {R['floor.get.c1.p50']:.2f} ms = {x:.2f}×",
+        )
     else:
         g("tasks/get p50 ≤ 1.25× floor p50", None, "not measured")
     if have("ours.get.c16.rate", "floor.get.c16.rate"):
         x = R["ours.get.c16.rate"] / R["floor.get.c16.rate"]
-        g("tasks/get req/s at c=16 ≥ 80% of floor", x >= 0.8,
-          f"{R['ours.get.c16.rate']:.0f}/s vs floor {R['floor.get.c16.rate']:.0f}/s = {x:.0%}")
+        g(
+            "tasks/get req/s at c=16 ≥ 80% of floor",
+            x >= 0.8,
+            f"{R['ours.get.c16.rate']:.0f}/s vs floor {R['floor.get.c16.rate']:.0f}/s = {x:.0%}",
+        )
     else:
         g("tasks/get req/s at c=16 ≥ 80% of floor", None, "not measured")
     if have("ours.e2e.c16.rate", "raw.e2e.rate"):
         x = R["ours.e2e.c16.rate"] / R["raw.e2e.rate"]
-        g("e2e trivial throughput ≥ 70% of raw Celery", x >= 0.7,
-          f"{R['ours.e2e.c16.rate']:.0f} vs raw {R['raw.e2e.rate']:.0f} tasks/s = {x:.0%}")
+        g(
+            "e2e trivial throughput ≥ 70% of raw Celery",
+            x >= 0.7,
+            f"{R['ours.e2e.c16.rate']:.0f} vs raw {R['raw.e2e.rate']:.0f} tasks/s = {x:.0%}",
+        )
     else:
         g("e2e trivial throughput ≥ 70% of raw Celery", None, "not measured")
     if have("ours.rt_per_get", "ours.cmds_per_get"):
         rt, cm = R["ours.rt_per_get"], R["ours.cmds_per_get"]
-        g("tasks/get: 1 Redis round trip and ≤ 3 commands", rt <= 1.1 and cm <= 3.05,
-          f"{rt:.2f} round trips, {cm:.2f} commands ({R.get('ours.get_breakdown')})")
+        g(
+            "tasks/get: 1 Redis round trip and ≤ 3 commands",
+            rt <= 1.1 and cm <= 3.05,
+            f"{rt:.2f} round trips, {cm:.2f} commands ({R.get('ours.get_breakdown')})",
+        )
     else:
         g("tasks/get: 1 Redis round trip and ≤ 3 commands", None, "not measured")
     if have("ours.cmds_per_task", "raw.cmds_per_task"):
         x = R["ours.cmds_per_task"] - R["raw.cmds_per_task"]
-        g("tools/call + job bookkeeping ≤ raw Celery + 8 Redis commands per job", x <= 8,
-          f"{R['ours.cmds_per_task']:.1f} vs raw {R['raw.cmds_per_task']:.1f} = +{x:.1f}")
+        g(
+            "tools/call + job bookkeeping ≤ raw Celery + 8 Redis commands per job",
+            x <= 8,
+            f"{R['ours.cmds_per_task']:.1f} vs raw {R['raw.cmds_per_task']:.1f} = +{x:.1f}",
+        )
     else:
         g("tools/call + job bookkeeping ≤ raw Celery + 8 Redis commands per job", None, "not measured")
     if have("ours.mem_per_task"):
         x = R["ours.mem_per_task"]
-        g("Redis memory ≤ 2 KB per finished task", x <= 2048,
-          f"{x:.0f} B/task (used_memory delta over {R.get('ours.n_mem', '')} tasks; "
-          f"MEMORY USAGE of one task's keys {R.get('ours.mem_usage_one_task', 'n/a')} B)")
+        g(
+            "Redis memory ≤ 2 KB per finished task",
+            x <= 2048,
+            f"{x:.0f} B/task (used_memory delta over {R.get('ours.n_mem', '')} tasks; "
+            f"MEMORY USAGE of one task's keys {R.get('ours.mem_usage_one_task', 'n/a')} B)",
+        )
     else:
         g("Redis memory ≤ 2 KB per finished task", None, "not measured")
     if have("ours.get1k.p50", "ours.get1m.p50"):
         base = (R["ours.get1k.p50"] + R.get("ours.get1k_after.p50", R["ours.get1k.p50"])) / 2
         x = R["ours.get1m.p50"] / base - 1
-        g("tasks/get p50 within 10% between 1,000 and 1,000,000 stored tasks", abs(x) <= 0.10,
-          f"{R['ours.get1k.p50']:.2f} ms (~{R.get('ours.real_tasks_stored', 0):,} stored) → "
-          f"{R['ours.get1m.p50']:.2f} ms ({R.get('ours.stored_total', 0):,} stored) → "
-          f"{R.get('ours.get1k_after.p50', float('nan')):.2f} ms after deleting the synthetic ones; "
-          f"{x:+.1%} vs the mean of the two ~1k windows")
+        g(
+            "tasks/get p50 within 10% between 1,000 and 1,000,000 stored tasks",
+            abs(x) <= 0.10,
+            f"{R['ours.get1k.p50']:.2f} ms (~{R.get('ours.real_tasks_stored', 0):,} stored) → "
+            f"{R['ours.get1m.p50']:.2f} ms ({R.get('ours.stored_total', 0):,} stored) → "
+            f"{R.get('ours.get1k_after.p50', float('nan')):.2f} ms after deleting the synthetic ones; "
+            f"{x:+.1%} vs the mean of the two ~1k windows",
+        )
     else:
         g("tasks/get p50 within 10% between 1,000 and 1,000,000 stored tasks", None, "not measured")
     return out
@@ -673,48 +752,109 @@ def table() -> str:
     row("client ceiling (raw ASGI) c=1 p50 / p95 ms", f"{f('ceiling.c1.p50')} / {f('ceiling.c1.p95')}")
     row("client ceiling c=1 / c=16 req/s", f"{f('ceiling.c1.rate', '{:.0f}')} / {f('ceiling.c16.rate', '{:.0f}')}")
     for c in (1, 16):
-        row(f"tools/call→handle c={c} p50 / p95 ms", f"{f(f'floor.call.c{c}.p50')} / {f(f'floor.call.c{c}.p95')}",
-            f"{f(f'ours.call.c{c}.p50')} / {f(f'ours.call.c{c}.p95')}", f"apply_async {f('raw.apply.p50')} / "
-            f"{f('raw.apply.p95')}" if c == 1 else "",
-            f"{f(f'fastmcp.call.c{c}.p50')} / {f(f'fastmcp.call.c{c}.p95')}")
-        row(f"tools/call→handle c={c} calls/s", f(f"floor.call.c{c}.rate", "{:.0f}"),
+        row(
+            f"tools/call→handle c={c} p50 / p95 ms",
+            f"{f(f'floor.call.c{c}.p50')} / {f(f'floor.call.c{c}.p95')}",
+            f"{f(f'ours.call.c{c}.p50')} / {f(f'ours.call.c{c}.p95')}",
+            f"apply_async {f('raw.apply.p50')} / {f('raw.apply.p95')}" if c == 1 else "",
+            f"{f(f'fastmcp.call.c{c}.p50')} / {f(f'fastmcp.call.c{c}.p95')}",
+        )
+        row(
+            f"tools/call→handle c={c} calls/s",
+            f(f"floor.call.c{c}.rate", "{:.0f}"),
             f(f"ours.call.c{c}.rate", "{:.0f}"),
             f"publish {f('raw.publish.rate', '{:.0f}')} msg/s" if c == 16 else "",
-            f(f"fastmcp.call.c{c}.rate", "{:.0f}"))
+            f(f"fastmcp.call.c{c}.rate", "{:.0f}"),
+        )
     for c in (1, 16):
-        row(f"tasks/get c={c} p50 / p95 ms", f"{f(f'floor.get.c{c}.p50')} / {f(f'floor.get.c{c}.p95')}",
-            f"{f(f'ours.get.c{c}.p50')} / {f(f'ours.get.c{c}.p95')}", "",
-            f"{f(f'fastmcp.get.c{c}.p50')} / {f(f'fastmcp.get.c{c}.p95')}")
-        row(f"tasks/get c={c} req/s", f(f"floor.get.c{c}.rate", "{:.0f}"), f(f"ours.get.c{c}.rate", "{:.0f}"),
+        row(
+            f"tasks/get c={c} p50 / p95 ms",
+            f"{f(f'floor.get.c{c}.p50')} / {f(f'floor.get.c{c}.p95')}",
+            f"{f(f'ours.get.c{c}.p50')} / {f(f'ours.get.c{c}.p95')}",
+            "",
+            f"{f(f'fastmcp.get.c{c}.p50')} / {f(f'fastmcp.get.c{c}.p95')}",
+        )
+        row(
+            f"tasks/get c={c} req/s",
+            f(f"floor.get.c{c}.rate", "{:.0f}"),
+            f(f"ours.get.c{c}.rate", "{:.0f}"),
             f"AsyncResult.state {f('raw.state.rate', '{:.0f}')}/s (1 thread)" if c == 1 else "",
-            f(f"fastmcp.get.c{c}.rate", "{:.0f}"))
-    row("e2e trivial job, tasks/s (MCP: c=16 create+poll; raw: publish N then get all)", "",
-        f("ours.e2e.c16.rate", "{:.0f}"), f("raw.e2e.rate", "{:.0f}"), f("fastmcp.e2e.c16.rate", "{:.0f}"))
-    row("e2e per-task latency c=16 p50 / p95 ms", "", f"{f('ours.e2e.c16.p50')} / {f('ours.e2e.c16.p95')}", "",
-        f"{f('fastmcp.e2e.c16.p50')} / {f('fastmcp.e2e.c16.p95')}")
-    row("sync path (no extension) c=1 p50 / p95 ms; raw: delay().get()",
-        f"{f('floor.call.c1.p50')} / {f('floor.call.c1.p95')}", f"{f('ours.sync.c1.p50')} / {f('ours.sync.c1.p95')}",
-        f"{f('raw.rt.p50')} / {f('raw.rt.p95')}", f"{f('fastmcp.sync.c1.p50')} / {f('fastmcp.sync.c1.p95')}")
-    row("Redis cmds per job (create + worker, idle-corrected)", "", f("ours.cmds_per_task", "{:.1f}"),
-        f("raw.cmds_per_task", "{:.1f}"), f("fastmcp.cmds_per_task", "{:.1f}"))
-    row("Redis cmds per tasks/get (raw: per .state read)", "", f("ours.cmds_per_get"), f("raw.cmds_per_state"),
-        f("fastmcp.cmds_per_get"))
+            f(f"fastmcp.get.c{c}.rate", "{:.0f}"),
+        )
+    row(
+        "e2e trivial job, tasks/s (MCP: c=16 create+poll; raw: publish N then get all)",
+        "",
+        f("ours.e2e.c16.rate", "{:.0f}"),
+        f("raw.e2e.rate", "{:.0f}"),
+        f("fastmcp.e2e.c16.rate", "{:.0f}"),
+    )
+    row(
+        "e2e per-task latency c=16 p50 / p95 ms",
+        "",
+        f"{f('ours.e2e.c16.p50')} / {f('ours.e2e.c16.p95')}",
+        "",
+        f"{f('fastmcp.e2e.c16.p50')} / {f('fastmcp.e2e.c16.p95')}",
+    )
+    row(
+        "sync path (no extension) c=1 p50 / p95 ms; raw: delay().get()",
+        f"{f('floor.call.c1.p50')} / {f('floor.call.c1.p95')}",
+        f"{f('ours.sync.c1.p50')} / {f('ours.sync.c1.p95')}",
+        f"{f('raw.rt.p50')} / {f('raw.rt.p95')}",
+        f"{f('fastmcp.sync.c1.p50')} / {f('fastmcp.sync.c1.p95')}",
+    )
+    row(
+        "Redis cmds per job (create + worker, idle-corrected)",
+        "",
+        f("ours.cmds_per_task", "{:.1f}"),
+        f("raw.cmds_per_task", "{:.1f}"),
+        f("fastmcp.cmds_per_task", "{:.1f}"),
+    )
+    row(
+        "Redis cmds per tasks/get (raw: per .state read)",
+        "",
+        f("ours.cmds_per_get"),
+        f("raw.cmds_per_state"),
+        f("fastmcp.cmds_per_get"),
+    )
     row("Redis round trips per tasks/get", "", f("ours.rt_per_get"), "", f("fastmcp.rt_per_get"))
-    row("Redis used_memory per finished task, B", "", f("ours.mem_per_task", "{:.0f}"), f("raw.mem_per_task", "{:.0f}"),
-        f("fastmcp.mem_per_task", "{:.0f}"))
-    row(f"tasks/get c=1 p50 ms @ ~{R.get('ours.real_tasks_stored', 1000):,} stored (before / after the fill)", "",
-        f"{f('ours.get1k.p50')} / {f('ours.get1k_after.p50')}", "", f("fastmcp.get1k.p50"))
-    row(f"tasks/get c=1 p50 ms @ {R.get('ours.stored_total', 0):,} stored (real ids / synthetic ids)", "",
-        f"{f('ours.get1m.p50')} / {f('ours.get1m_synth.c1.p50')}")
-    row("Redis-level read of one task (pipelined, sync client) p50 µs @ ~1k / 1M / 1M after the windows", "",
+    row(
+        "Redis used_memory per finished task, B",
+        "",
+        f("ours.mem_per_task", "{:.0f}"),
+        f("raw.mem_per_task", "{:.0f}"),
+        f("fastmcp.mem_per_task", "{:.0f}"),
+    )
+    row(
+        f"tasks/get c=1 p50 ms @ ~{R.get('ours.real_tasks_stored', 1000):,} stored (before / after the fill)",
+        "",
+        f"{f('ours.get1k.p50')} / {f('ours.get1k_after.p50')}",
+        "",
+        f("fastmcp.get1k.p50"),
+    )
+    row(
+        f"tasks/get c=1 p50 ms @ {R.get('ours.stored_total', 0):,} stored (real ids / synthetic ids)",
+        "",
+        f"{f('ours.get1m.p50')} / {f('ours.get1m_synth.c1.p50')}",
+    )
+    row(
+        "Redis-level read of one task (pipelined, sync client) p50 µs @ ~1k / 1M / 1M after the windows",
+        "",
         f"{f('ours.redis_read1k', '{:.0f}')} / {f('ours.redis_read1m', '{:.0f}')} / "
-        f"{f('ours.redis_read1m_after', '{:.0f}')}")
-    row("sync path: Redis cmds / new Redis connections per call", "",
-        f"{f('ours.sync_cmds', '{:.1f}')} / {f('ours.sync_conns')}", "", "")
+        f"{f('ours.redis_read1m_after', '{:.0f}')}",
+    )
+    row(
+        "sync path: Redis cmds / new Redis connections per call",
+        "",
+        f"{f('ours.sync_cmds', '{:.1f}')} / {f('ours.sync_conns')}",
+        "",
+        "",
+    )
     head = ("metric", "floor / ceiling", "ours (mcp-celery)", "raw Celery", "FastMCP 4.1.4")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(5)]
-    lines = ["| " + " | ".join(h.ljust(widths[i]) for i, h in enumerate(head)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines = [
+        "| " + " | ".join(h.ljust(widths[i]) for i, h in enumerate(head)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     lines += ["| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -745,47 +885,76 @@ def ratios() -> str:
 
 def report(cfg: Cfg, started: float, cmdline: str) -> str:
     m = R.get("machine", {})
-    out = [f"# mcp-celery benchmark results ({'quick' if cfg.quick else 'full'} run)", "",
-           f"Generated by `{cmdline}` on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, wall time "
-           f"{time.time() - started:.0f} s.", "",
-           "## Machine", "",
-           f"- CPU: {m.get('cpu')} × {m.get('cores')} cores; memory {m.get('memory')}; {m.get('os')}",
-           f"- Python {m.get('python')}; Redis server {m.get('redis')} (private instance on a spare loopback port, "
-           "no persistence)",
-           "- packages: " + ", ".join(f"{k} {m.get(k)}" for k in ("mcp", "celery", "kombu", "redis", "uvicorn",
-                                                                  "starlette", "httpx", "mcp-celery")),
-           "- FastMCP baseline: fastmcp 4.1.4 + fastmcp-tasks 4.1.4 (pydocket) in bench/.venv-fastmcp",
-           "- Everything (load client, servers, Celery worker prefork -c 2, Redis) shares the same cores.", "",
-           "## Method", "",
-           "- Load client: asyncio, one `httpx.AsyncClient` (1 keep-alive connection) per concurrent worker, closed "
-           "loop; raw JSON-RPC 2026-07-28 POSTs with the `_meta` envelope (tasks extension declared, or `{}` "
-           "capabilities for the sync path) and `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` headers.",
-           f"- Each load window: {cfg.warm:g} s warm-up, then {cfg.dur:g} s recorded (counts where stated).",
-           "- Floor: mcp lowlevel `Server`, constant `CallToolResult` and an empty custom `tasks/get` handler, "
-           "`streamable_http_app(stateless_http=True, json_response=True)` on uvicorn (same uvicorn defaults as "
-           "the servers under test). Client ceiling: raw ASGI app returning a fixed JSON body on uvicorn.",
-           "- Celery worker for raw Celery and ours: `celery -A bench.bench_jobs worker -P prefork -c 2 "
-           "--without-gossip --without-mingle -l WARNING`; app config: " + str(R.get("raw.config")) + ".",
-           "- e2e for MCP servers: each of 16 workers creates a task then polls `tasks/get` every "
-           f"{POLL_S * 1000:g} ms until `completed`; raw Celery: publish N with `apply_async`, then `.get()` all.",
-           "- Redis commands: `INFO commandstats` deltas (INFO itself excluded; commands run inside Lua/MULTI are "
-           "counted by Redis too), minus the idle background rate (worker/server polling) measured over 2 s. "
-           "Per job: create N tasks without polling, wait until Redis traffic returns to idle. Round trips per "
-           "tasks/get: `total_reads_processed` delta (one read event per request batch) per sequential tasks/get, "
-           "idle-corrected. Memory: `used_memory` delta over the same N finished tasks.",
-           "- Stored-task scaling: the per-task records of one real finished task are discovered with SCAN/TYPE "
-           "(keys named by the task id, plus index members mentioning it), then cloned server-side by a Lua loop "
-           "(EVALSHA, 20,000 synthetic ids per call, same types/values/TTLs with the id substituted); "
-           "tasks/get p50 is re-measured on the same real ids, and on synthetic ids.", ""]
+    out = [
+        f"# mcp-celery benchmark results ({'quick' if cfg.quick else 'full'} run)",
+        "",
+        f"Generated by `{cmdline}` on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, wall time "
+        f"{time.time() - started:.0f} s.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {m.get('cpu')} × {m.get('cores')} cores; memory {m.get('memory')}; {m.get('os')}",
+        f"- Python {m.get('python')}; Redis server {m.get('redis')} (private instance on a spare loopback port, "
+        "no persistence)",
+        "- packages: "
+        + ", ".join(
+            f"{k} {m.get(k)}"
+            for k in ("mcp", "celery", "kombu", "redis", "uvicorn", "starlette", "httpx", "mcp-celery")
+        ),
+        "- FastMCP baseline: fastmcp 4.1.4 + fastmcp-tasks 4.1.4 (pydocket) in bench/.venv-fastmcp",
+        "- Everything (load client, servers, Celery worker prefork -c 2, Redis) shares the same cores.",
+        "",
+        "## Method",
+        "",
+        "- Load client: asyncio, one `httpx.AsyncClient` (1 keep-alive connection) per concurrent worker, closed "
+        "loop; raw JSON-RPC 2026-07-28 POSTs with the `_meta` envelope (tasks extension declared, or `{}` "
+        "capabilities for the sync path) and `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` headers.",
+        f"- Each load window: {cfg.warm:g} s warm-up, then {cfg.dur:g} s recorded (counts where stated).",
+        "- Floor: mcp lowlevel `Server`, constant `CallToolResult` and an empty custom `tasks/get` handler, "
+        "`streamable_http_app(stateless_http=True, json_response=True)` on uvicorn (same uvicorn defaults as "
+        "the servers under test). Client ceiling: raw ASGI app returning a fixed JSON body on uvicorn.",
+        "- Celery worker for raw Celery and ours: `celery -A bench.bench_jobs worker -P prefork -c 2 "
+        "--without-gossip --without-mingle -l WARNING`; app config: " + str(R.get("raw.config")) + ".",
+        "- e2e for MCP servers: each of 16 workers creates a task then polls `tasks/get` every "
+        f"{POLL_S * 1000:g} ms until `completed`; raw Celery: publish N with `apply_async`, then `.get()` all.",
+        "- Redis commands: `INFO commandstats` deltas (INFO itself excluded; commands run inside Lua/MULTI are "
+        "counted by Redis too), minus the idle background rate (worker/server polling) measured over 2 s. "
+        "Per job: create N tasks without polling, wait until Redis traffic returns to idle. Round trips per "
+        "tasks/get: `total_reads_processed` delta (one read event per request batch) per sequential tasks/get, "
+        "idle-corrected. Memory: `used_memory` delta over the same N finished tasks.",
+        "- Stored-task scaling: the per-task records of one real finished task are discovered with SCAN/TYPE "
+        "(keys named by the task id, plus index members mentioning it), then cloned server-side by a Lua loop "
+        "(EVALSHA, 20,000 synthetic ids per call, same types/values/TTLs with the id substituted); "
+        "tasks/get p50 is re-measured on the same real ids, and on synthetic ids.",
+        "",
+    ]
     tpl = R.get("ours.fill.templates")
     if tpl:
-        out += ["Records cloned per synthetic task (ours):", ""] + [f"- {t}" for t in tpl] + [
-            f"- fill: {R.get('ours.fill.n', 0):,} tasks in {f('ours.fill.secs', '{:.1f}')} s (then "
-            f"{f('ours.fill.settle_s', '{:.1f}')} s until Redis finished rehashing), "
-            f"{f('ours.fill.mem_per_task', '{:.0f}')} B used_memory per synthetic task; a synthetic id's "
-            f"tasks/get status: {R.get('ours.fill.synthetic_status')}", ""]
-    out += ["## Results", "", table(), "", "## Ratios", "", ratios(), "", "## Goals", "",
-            "| goal | status | figure |", "|---|---|---|"]
+        out += (
+            ["Records cloned per synthetic task (ours):", ""]
+            + [f"- {t}" for t in tpl]
+            + [
+                f"- fill: {R.get('ours.fill.n', 0):,} tasks in {f('ours.fill.secs', '{:.1f}')} s (then "
+                f"{f('ours.fill.settle_s', '{:.1f}')} s until Redis finished rehashing), "
+                f"{f('ours.fill.mem_per_task', '{:.0f}')} B used_memory per synthetic task; a synthetic id's "
+                f"tasks/get status: {R.get('ours.fill.synthetic_status')}",
+                "",
+            ]
+        )
+    out += [
+        "## Results",
+        "",
+        table(),
+        "",
+        "## Ratios",
+        "",
+        ratios(),
+        "",
+        "## Goals",
+        "",
+        "| goal | status | figure |",
+        "|---|---|---|",
+    ]
     out += [f"| {a} | {b} | {c} |" for a, b, c in goals()]
     out += ["", "## Redis command breakdown (per job / per tasks/get)", ""]
     for tag in ("raw", "ours", "fastmcp"):
@@ -794,18 +963,29 @@ def report(cfg: Cfg, started: float, cmdline: str) -> str:
         if R.get(f"{tag}.get_breakdown"):
             out.append(f"- {tag} per tasks/get: {R[f'{tag}.get_breakdown']}")
         if R.get(f"{tag}.sync_breakdown"):
-            out.append(f"- {tag} per sync-path call: {R[f'{tag}.sync_breakdown']}, "
-                       f"{R[f'{tag}.sync_conns']:.2f} new Redis connections")
+            out.append(
+                f"- {tag} per sync-path call: {R[f'{tag}.sync_breakdown']}, "
+                f"{R[f'{tag}.sync_conns']:.2f} new Redis connections"
+            )
     for tag in ("ours", "fastmcp"):
         if R.get(f"{tag}.handle_example"):
             out.append(f"- {tag} task handle example: `{R[f'{tag}.handle_example']}`")
     busy = [(w, x) for w, x in FOREIGN if x >= 0.10]
-    out += ["", "## Validity: CPU used by other processes during each window", "",
-            "Share of the machine's total CPU capacity used by processes that are not the bench's own (the cores "
-            "are shared); windows at 10% or more are suspect.", "",
-            ", ".join(f"{w} {x:.0%}" for w, x in FOREIGN) or "n/a", ""]
-    out.append(f"**{len(busy)} of {len(FOREIGN)} windows had ≥10% foreign CPU**: " +
-               ", ".join(f"{w} {x:.0%}" for w, x in busy) if busy else "No window had ≥10% foreign CPU.")
+    out += [
+        "",
+        "## Validity: CPU used by other processes during each window",
+        "",
+        "Share of the machine's total CPU capacity used by processes that are not the bench's own (the cores "
+        "are shared); windows at 10% or more are suspect.",
+        "",
+        ", ".join(f"{w} {x:.0%}" for w, x in FOREIGN) or "n/a",
+        "",
+    ]
+    out.append(
+        f"**{len(busy)} of {len(FOREIGN)} windows had ≥10% foreign CPU**: " + ", ".join(f"{w} {x:.0%}" for w, x in busy)
+        if busy
+        else "No window had ≥10% foreign CPU."
+    )
     if NOTES:
         out += ["", "## Notes", ""] + [f"- {n}" for n in NOTES]
     return "\n".join(out) + "\n"

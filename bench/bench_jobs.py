@@ -19,9 +19,13 @@ except ImportError:  # mcp_celery not built yet: raw Celery baseline only, with 
     mcp_celery = None  # type: ignore[assignment]
     HAVE_MCP_CELERY = False
     app.conf.update(
-        task_acks_late=False, worker_disable_prefetch=True, worker_prefetch_multiplier=1,
-        task_track_started=True, result_extended=True,
-        worker_send_task_events=True, task_send_sent_event=True,
+        task_acks_late=False,
+        worker_disable_prefetch=True,
+        worker_prefetch_multiplier=1,
+        task_track_started=True,
+        result_extended=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
     )
 else:

@@ -27,5 +27,13 @@ def build(redis_url: str) -> FastMCP:
 
 if __name__ == "__main__":
     port, redis_url = int(sys.argv[1]), sys.argv[2]
-    build(redis_url).run("http", host="127.0.0.1", port=port, path="/mcp", stateless_http=True,
-                         json_response=True, log_level="warning", show_banner=False)
+    build(redis_url).run(
+        "http",
+        host="127.0.0.1",
+        port=port,
+        path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        log_level="warning",
+        show_banner=False,
+    )

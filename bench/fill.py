@@ -145,8 +145,16 @@ def discover(host: str, port: int, task_id: str) -> list[Template]:
     return out
 
 
-def fill(host: str, port: int, task_id: str, templates: list[Template], n: int, batch: int = 20_000,
-         deadline_s: float = 300.0, delete: bool = False) -> float:
+def fill(
+    host: str,
+    port: int,
+    task_id: str,
+    templates: list[Template],
+    n: int,
+    batch: int = 20_000,
+    deadline_s: float = 300.0,
+    delete: bool = False,
+) -> float:
     """Write (or with delete=True remove) `n` synthetic tasks; returns seconds taken. Raises on deadline."""
     prefix = task_id[:-12]
     t0 = time.monotonic()

@@ -37,8 +37,12 @@ class RpcError(Exception):
 
 
 def request(method: str, params: dict[str, Any], name: str, declare: bool = True) -> tuple[dict[str, str], bytes]:
-    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method,
-            "params": {**params, "_meta": META_DECLARED if declare else META_PLAIN}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": next(_ids),
+        "method": method,
+        "params": {**params, "_meta": META_DECLARED if declare else META_PLAIN},
+    }
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
@@ -68,15 +72,17 @@ def _parse(resp: httpx.Response) -> dict[str, Any]:
     return msg["result"]
 
 
-async def rpc(client: httpx.AsyncClient, url: str, method: str, params: dict[str, Any], name: str,
-              declare: bool = True) -> dict[str, Any]:
+async def rpc(
+    client: httpx.AsyncClient, url: str, method: str, params: dict[str, Any], name: str, declare: bool = True
+) -> dict[str, Any]:
     headers, body = request(method, params, name, declare)
     resp = await client.post(url, content=body, headers=headers)
     return _parse(resp)
 
 
-async def call_tool(client: httpx.AsyncClient, url: str, tool: str, args: dict[str, Any],
-                    declare: bool = True) -> dict[str, Any]:
+async def call_tool(
+    client: httpx.AsyncClient, url: str, tool: str, args: dict[str, Any], declare: bool = True
+) -> dict[str, Any]:
     return await rpc(client, url, "tools/call", {"name": tool, "arguments": args}, tool, declare)
 
 
@@ -123,15 +129,25 @@ class LoadResult:
 
     def summary(self) -> str:
         err = f" ({self.first_error[:120]})" if self.errors else ""
-        return (f"c={self.concurrency} n={self.n} p50={self.p50:.2f}ms p95={self.p95:.2f}ms "
-                f"rate={self.rate:.0f}/s errors={self.errors} foreign-cpu={self.foreign_cpu:.0%}{err}")
+        return (
+            f"c={self.concurrency} n={self.n} p50={self.p50:.2f}ms p95={self.p95:.2f}ms "
+            f"rate={self.rate:.0f}/s errors={self.errors} foreign-cpu={self.foreign_cpu:.0%}{err}"
+        )
 
 
 Op = Callable[[httpx.AsyncClient, int], Awaitable[Any]]
 
 
-async def run_load(op: Op, concurrency: int, *, duration: float | None = None, count: int | None = None,
-                   warmup: float = 0.5, deadline: float = 120.0, max_errors: int = 50) -> LoadResult:
+async def run_load(
+    op: Op,
+    concurrency: int,
+    *,
+    duration: float | None = None,
+    count: int | None = None,
+    warmup: float = 0.5,
+    deadline: float = 120.0,
+    max_errors: int = 50,
+) -> LoadResult:
     """Closed loop: `concurrency` workers, each with its own client, run `op(client, seq)` back to back.
 
     Warm-up for `warmup` seconds (not recorded), then record for `duration` seconds or `count` ops in total.

@@ -112,7 +112,7 @@ class CpuProbe:
                     st = fh.read()
             except OSError:
                 continue
-            f = st[st.rindex(")") + 2:].split()
+            f = st[st.rindex(")") + 2 :].split()
             if int(d) == me or int(f[3]) in MY_SESSIONS:
                 mine += int(f[11]) + int(f[12])
         return time.monotonic(), busy, mine
@@ -133,8 +133,15 @@ def start(name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Pa
     full_env["PYTHONUNBUFFERED"] = "1"
     if env:
         full_env.update(env)
-    popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=full_env, cwd=str(cwd), start_new_session=True)
+    popen = subprocess.Popen(
+        argv,
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+        cwd=str(cwd),
+        start_new_session=True,
+    )
     fh.close()
     MY_SESSIONS.add(popen.pid)
     return Proc(name, popen, log)
@@ -164,9 +171,26 @@ class BenchRedis:
         return f"redis://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.proc = start("redis", [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                    "--appendonly", "no", "--daemonize", "no", "--maxmemory-policy", "noeviction",
-                                    "--enable-debug-command", "local"])
+        self.proc = start(
+            "redis",
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--maxmemory-policy",
+                "noeviction",
+                "--enable-debug-command",
+                "local",
+            ],
+        )
         wait_port(self.port, 10, self.proc.popen)
         r = self.client()
         end = time.monotonic() + 10
@@ -216,7 +240,7 @@ BENCH_COMMANDS = {"info"}  # only INFO is issued by the bench inside a counting 
 def commandstats(r: redis.Redis) -> dict[str, int]:
     out: dict[str, int] = {}
     for k, v in r.info("commandstats").items():
-        name = k[len("cmdstat_"):] if k.startswith("cmdstat_") else k
+        name = k[len("cmdstat_") :] if k.startswith("cmdstat_") else k
         out[name] = int(v["calls"])
     return out
 

@@ -51,9 +51,11 @@ def summarize(collapsed: Path, top: int = 40) -> str:
 
 async def drive(what: str, url: str, seconds: float, conc: int) -> load.LoadResult:
     if what == "create":
+
         async def op(c, i):  # type: ignore[no-untyped-def]
             await load.call_tool(c, url, "noop", {"x": i})
     elif what == "sync":
+
         async def op(c, i):  # type: ignore[no-untyped-def]
             await load.call_tool(c, url, "noop", {"x": i}, declare=False)
     elif what == "get":
@@ -85,9 +87,22 @@ def main() -> None:
     port = spare_port()
     w = start_worker(rds.url, "worker-prof")
     mcpc = shutil.which("mcp-celery")
-    s = start("ours-prof", [mcpc or sys.executable, *([] if mcpc else ["-m", "mcp_celery"]), "serve", "-A",
-                            "bench.bench_jobs", "--http", "--host", "127.0.0.1", "--port", str(port)],
-              env={"BENCH_REDIS_URL": rds.url})
+    s = start(
+        "ours-prof",
+        [
+            mcpc or sys.executable,
+            *([] if mcpc else ["-m", "mcp_celery"]),
+            "serve",
+            "-A",
+            "bench.bench_jobs",
+            "--http",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env={"BENCH_REDIS_URL": rds.url},
+    )
     out = LOGS / f"profile-{a.what}.txt"
     spy = None
     try:
@@ -95,9 +110,25 @@ def main() -> None:
         wait_port(port, 30, s.popen)
         url = f"http://127.0.0.1:{port}/mcp"
         asyncio.run(wait_http(url, 20, s))
-        spy = subprocess.Popen([pyspy, "record", "--pid", str(s.pid), "--rate", str(a.rate), "--format", "raw",
-                                "--output", str(out), "--duration", str(int(a.seconds + 3)), "--nonblocking"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        spy = subprocess.Popen(
+            [
+                pyspy,
+                "record",
+                "--pid",
+                str(s.pid),
+                "--rate",
+                str(a.rate),
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+                "--duration",
+                str(int(a.seconds + 3)),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         time.sleep(0.5)
         res = asyncio.run(drive(a.what, url, a.seconds, a.concurrency))
         print(f"{a.what}: {res.summary()}")
