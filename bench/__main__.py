@@ -160,7 +160,7 @@ def machine_info(redis_version: str) -> None:
         "cores": os.cpu_count(),
         "memory": mem,
         "python": platform.python_version(),
-        "redis": redis_version,
+        "redis_server": redis_version,
         "os": platform.platform(),
         **vers,
     }
@@ -894,7 +894,7 @@ def report(cfg: Cfg, started: float, cmdline: str) -> str:
         "## Machine",
         "",
         f"- CPU: {m.get('cpu')} × {m.get('cores')} cores; memory {m.get('memory')}; {m.get('os')}",
-        f"- Python {m.get('python')}; Redis server {m.get('redis')} (private instance on a spare loopback port, "
+        f"- Python {m.get('python')}; Redis server {m.get('redis_server')} (private instance on a spare loopback port, "
         "no persistence)",
         "- packages: "
         + ", ".join(
