@@ -6,6 +6,8 @@ answer them; the server validates answers before a job ever sees them.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,8 +91,16 @@ def invalid_answer_reason(request: Mapping[str, Any], answer: Any) -> str | None
     if isinstance(parsed, ElicitResult) and parsed.action == "accept":
         schema = (request.get("params") or {}).get("requestedSchema")
         if schema:
-            try:
-                jsonschema.validate(parsed.content or {}, schema)
-            except jsonschema.ValidationError as exc:
-                return f"content does not match the requested schema: {exc.message}"
+            error = jsonschema.exceptions.best_match(
+                _validator(json.dumps(schema, sort_keys=True)).iter_errors(parsed.content or {})
+            )
+            if error is not None:
+                return f"content does not match the requested schema: {error.message}"
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    """A compiled validator per schema: jsonschema.validate() re-checks the schema itself on every call."""
+    schema = json.loads(schema_json)
+    return jsonschema.validators.validator_for(schema)(schema)
