@@ -14,12 +14,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
 from mcp_celery.demo import redis_answers, start_embedded_redis
-from tests.support import HttpClient, Process, StdioClient, free_port, start_worker, wait_for
+from tests.support import HttpClient, Process, StdioClient, free_port, start_http_server, start_worker
 
 
 def _embedded_redis() -> str:
@@ -69,19 +68,7 @@ def worker(env: dict[str, str], store_redis: redis.Redis, logs: Path) -> Iterato
 
 @pytest.fixture(scope="session")
 def http_url(env: dict[str, str], worker: Process, logs: Path) -> Iterator[str]:
-    port = free_port()
-    args = ["python", "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--port", str(port)]
-    server = Process(args, env, logs / "http-server.log")
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    def ready() -> bool:
-        assert server.alive(), server.output()
-        try:
-            return httpx.post(url, json={}, timeout=1).status_code < 500
-        except httpx.TransportError:
-            return False
-
-    wait_for(ready, 30, 0.1, "the HTTP server to answer")
+    url, server = start_http_server(env, logs / "http-server.log")
     yield url
     server.stop()
 

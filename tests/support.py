@@ -54,6 +54,17 @@ def modern_meta(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group we started, then SIGKILL it if it does not exit within 15 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+
+
 class Process:
     """A subprocess in its own process group, stopped by pid."""
 
@@ -74,13 +85,7 @@ class Process:
         self._log_file.close()
 
     def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=15)
+        stop_group(self.proc)
         if not self._log_file.closed:
             self._log_file.close()
 
@@ -97,6 +102,24 @@ def start_worker(env: Mapping[str, str], log: Path, *, queues: str = "celery", n
     wait_for(lambda: "ready." in worker.output() or not worker.alive(), 60, 0.1, "the worker to start")
     assert worker.alive(), worker.output()
     return worker
+
+
+def start_http_server(env: Mapping[str, str], log: Path, *extra: str) -> tuple[str, Process]:
+    """`mcp-celery serve --http` for the sample jobs on a free port, once it answers; returns (url, process)."""
+    port = free_port()
+    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--port", str(port)]
+    server = Process([*args, *extra], env, log)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def ready() -> bool:
+        assert server.alive(), server.output()
+        try:
+            return httpx.post(url, json={}, timeout=1).status_code < 500
+        except httpx.TransportError:
+            return False
+
+    wait_for(ready, 60, 0.1, "the HTTP server to answer")
+    return url, server
 
 
 class HttpClient:
@@ -197,11 +220,5 @@ class StdioClient:
                 return dict(message)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=15)
+        stop_group(self.proc)
         self._log.close()

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support import HttpClient, Process, free_port, wait_for
+from tests.support import HttpClient, Process, start_http_server
 
 
 @pytest.fixture
 def two_process_url(env: dict[str, str], worker: Process, logs: Path) -> Iterator[str]:
-    port = free_port()
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--port", str(port)]
-    server = Process([*args, "--workers", "2"], env, logs / "http-two-workers.log")
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    def ready() -> bool:
-        assert server.alive(), server.output()
-        try:
-            return httpx.post(url, json={}, timeout=1).status_code < 500
-        except httpx.TransportError:
-            return False
-
-    wait_for(ready, 60, 0.1, "the two-process server")
+    url, server = start_http_server(env, logs / "http-two-workers.log", "--workers", "2")
     yield url
     server.stop()
 
