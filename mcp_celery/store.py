@@ -137,9 +137,17 @@ class SyncStore(_Base):
         self.redis = client
         self._post = client.register_script(_POST_LUA)
 
-    def job_fields(self, task_id: str) -> dict[str, str] | None:
-        """The record fields a starting job needs, or None when the job was not started through MCP."""
-        values = self.redis.hmget(self.keys.task(task_id), list(_JOB_FIELDS))
+    def job_fields(self, task_id: str, keep_s: int) -> dict[str, str] | None:
+        """The record fields a starting job needs, or None when the job was not started through MCP.
+
+        Also restarts the record's lifetime, so that a job that waited long in the queue still
+        has `keep_s` (TTL plus the longest job) ahead of it: a running task never expires.
+        """
+        key = self.keys.task(task_id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(key, list(_JOB_FIELDS))
+            pipe.expire(key, keep_s)  # a no-op when there is no record
+            values, _ = pipe.execute()
         fields = {name: as_text(v) for name, v in zip(_JOB_FIELDS, values, strict=True) if v is not None}
         return fields if "tool" in fields else None
 

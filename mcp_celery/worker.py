@@ -215,7 +215,7 @@ def _execute(
     rt = runtime(celery_task.app)
     task_id: str | None = celery_task.request.id
     # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
-    fields = rt.sync_store.job_fields(task_id) if task_id and not celery_task.request.is_eager else None
+    fields = rt.sync_store.job_fields(task_id, rt.keep_s) if task_id and not celery_task.request.is_eager else None
     ctx = JobContext(celery_task, rt, fields)
     token = _current.set(ctx)
     try:
