@@ -161,7 +161,8 @@ def redis_server_binary() -> str:
 class BenchRedis:
     """A private redis-server on a spare loopback port, stopped by pid."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "redis") -> None:
+        self.name = name  # also the log file's name under bench/.logs
         self.port = spare_port()
         self.binary = redis_server_binary()
         self.proc: Proc | None = None
@@ -172,7 +173,7 @@ class BenchRedis:
 
     def start(self) -> None:
         self.proc = start(
-            "redis",
+            self.name,
             [
                 self.binary,
                 "--port",
