@@ -9,6 +9,7 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -773,9 +774,24 @@ async def phase_ours(cfg: Cfg, rds: BenchRedis) -> None:
             NOTES.append(f"ours server exit code {s.popen.returncode}; log tail: {s.tail(10)}")
 
 
+def ensure_fastmcp_venv() -> bool:
+    """Create bench/.venv-fastmcp with the pinned FastMCP packages if it is not there yet."""
+    if FASTMCP_PY.exists():
+        return True
+    say("  creating bench/.venv-fastmcp (fastmcp==4.1.4, fastmcp-tasks==4.1.4; they exclude our redis-py)")
+    venv = FASTMCP_PY.parent.parent
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*pip, "fastmcp==4.1.4", "fastmcp-tasks==4.1.4"], check=True, timeout=900)
+    except (subprocess.SubprocessError, OSError) as exc:
+        NOTES.append(f"fastmcp: could not create bench/.venv-fastmcp ({exc}); phase skipped")
+        return False
+    return FASTMCP_PY.exists()
+
+
 async def phase_fastmcp(cfg: Cfg, rds: BenchRedis) -> None:
-    if not FASTMCP_PY.exists():
-        NOTES.append("fastmcp: bench/.venv-fastmcp missing (see bench/README.md); phase skipped")
+    if not ensure_fastmcp_venv():
         say("  fastmcp venv missing, skipped")
         return
     port = spare_port()
