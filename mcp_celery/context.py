@@ -129,7 +129,7 @@ class JobContext:
         if cancel:
             raise TaskCancelled(self.task_id)
         if len(answers) < len(wire):
-            answers = self._wait_for_answers(list(encoded), encoded, timeout)
+            answers = self._wait_for_answers(list(encoded), timeout)
         return {name: json.loads(answers[key]) for name, key in wire.items()}
 
     def elicit(self, message: str, schema: Mapping[str, Any], timeout: float | None = None) -> ElicitResult:
@@ -176,7 +176,7 @@ class JobContext:
             if reason:
                 raise InputNotSupported(f"cannot send input request {name!r}: {reason}")
 
-    def _wait_for_answers(self, keys: list[str], encoded: Mapping[str, str], timeout: float | None) -> dict[str, str]:
+    def _wait_for_answers(self, keys: list[str], timeout: float | None) -> dict[str, str]:
         store = self._rt.sync_store
         self._task.update_state(state=INPUT_REQUIRED_STATE, meta={"message": "waiting for input", "keys": keys})
         self._send_event("task-input_required", keys=keys)
