@@ -269,8 +269,7 @@ def phase_raw_celery(cfg: Cfg, rds: BenchRedis) -> None:
         "task_send_sent_event",
         "result_expires",
     )
-    how = "mcp_celery.configure_app(app)" if bench_jobs.HAVE_MCP_CELERY else "celery-notes §4 fallback"
-    R["raw.config"] = how + ": " + ", ".join(f"{k}={app.conf.get(k)!r}" for k in keys)
+    R["raw.config"] = "mcp_celery.configure_app(app): " + ", ".join(f"{k}={app.conf.get(k)!r}" for k in keys)
     r = rds.client()
     w = start_worker(rds.url, "worker-raw")
     try:
@@ -753,12 +752,8 @@ def start_ours_server(redis_url: str, name: str) -> tuple[Proc, int]:
 
 
 async def phase_ours(cfg: Cfg, rds: BenchRedis) -> None:
-    from bench import bench_jobs
+    from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL, which amain() sets
 
-    if not bench_jobs.HAVE_MCP_CELERY:
-        NOTES.append("ours: mcp_celery is not importable; phase skipped")
-        say("  ours: mcp_celery not importable, skipped")
-        return
     w = start_worker(rds.url, "worker-ours")
     s, port = start_ours_server(rds.url, "ours-server")
     try:
