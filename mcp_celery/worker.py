@@ -102,7 +102,8 @@ def tool(
         ask_first: questions settled with the client before any job is queued (an MRTR
             round on `tools/call`): `{key: request}` or a function of the arguments
             returning one; the job reads the answers from `ctx.first_answers`.
-        **task_options: passed to `app.task` (e.g. `queue`, `time_limit`).
+        **task_options: passed to `app.task` (e.g. `queue`, `time_limit`); `celery_name=` sets the
+            Celery task name (default: `module.function`, as Celery names it).
 
     A parameter annotated `JobContext` receives the job's context and is not an argument.
 
