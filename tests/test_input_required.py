@@ -183,37 +183,71 @@ def test_an_answer_that_does_not_match_the_schema_is_acked_but_the_question_stay
     assert text_of(rpc.wait_done(task_id)) == "published"
 
 
-# ------------------------------------------------------------------ HTTP
-
-
-def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_nothing(http: Rpc) -> None:
-    task_id = http.start("ask_one")
-    task = http.wait_inputs(task_id)
+def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_nothing(rpc: Rpc) -> None:
+    task_id = rpc.start("ask_one")
+    task = rpc.wait_inputs(task_id)
     key = only_key(task)
 
-    http.update(task_id, {"nope": {"ignored": True}})  # item 23: a key never issued
-    http.update(task_id, {"nope": 42, "other": "not an InputResponse"})  # ... holding no InputResponse at all
-    http.update(task_id, {key: 42})  # the outstanding key, but not an ElicitResult
-    http.update(task_id, {key: {"action": "maybe"}})
-    still = http.get(task_id)
+    rpc.update(task_id, {"nope": {"ignored": True}})  # item 23: a key never issued
+    rpc.update(task_id, {"nope": 42, "other": "not an InputResponse"})  # ... holding no InputResponse at all
+    rpc.update(task_id, {key: 42})  # the outstanding key, but not an ElicitResult
+    rpc.update(task_id, {key: {"action": "maybe"}})
+    still = rpc.get(task_id)
     assert still["status"] == "input_required"
     assert still["inputRequests"] == task["inputRequests"]
     assert celery_state(task_id)[0] in {"STARTED", "INPUT_REQUIRED"}  # the job was not woken into a result
 
-    unknown = http.call(
+    unknown = rpc.call(
         "tasks/update", {"taskId": f"no-such-{uuid.uuid4()}", "inputResponses": {key: accept(confirm=True)}}
     )
     assert unknown["error"]["code"] == -32602, unknown  # item 22
-    undeclared = http.call(
+    undeclared = rpc.call(
         "tasks/update",
         {"taskId": task_id, "inputResponses": {key: accept(confirm=True)}},
         caps(declare=False, elicitation={}),
     )
     assert undeclared["error"]["code"] == -32021, undeclared  # item 5: gate before lookup
-    assert http.get(task_id)["inputRequests"] == task["inputRequests"]  # that answer was not taken
+    assert rpc.get(task_id)["inputRequests"] == task["inputRequests"]  # that answer was not taken
 
-    http.update(task_id, {key: accept(confirm=False)})
-    assert text_of(http.wait_done(task_id)) == "kept"
+    rpc.update(task_id, {key: accept(confirm=False)})
+    assert text_of(rpc.wait_done(task_id)) == "kept"
+
+
+def test_cancelling_a_task_waiting_for_input_ends_it_cancelled_at_once(rpc: Rpc) -> None:
+    task_id = rpc.start("ask_one", {"timeout": 60})
+    only_key(rpc.wait_inputs(task_id))
+    wait_for(lambda: celery_state(task_id)[0] == "INPUT_REQUIRED", 20, what="the job to wait")
+
+    ack = rpc.result("tasks/cancel", {"taskId": task_id})
+    acked = time.monotonic()
+    assert ack["resultType"] == "complete" and not TASK_FIELDS & set(ack), ack
+    task = wait_for(lambda: (t := rpc.get(task_id))["status"] == "cancelled" and t, 10, 0.005, "cancelled")
+    elapsed = time.monotonic() - acked
+    assert elapsed < 0.2, f"cancelled {elapsed * 1000:.0f} ms after the ack"
+    assert "inputRequests" not in task
+    # The job itself stopped (it was woken, not left to its 60 s timeout nor to the 1 s grace).
+    wait_for(lambda: celery_state(task_id)[0] == "REVOKED", 10, what="Celery state REVOKED")
+    assert "grace" not in task.get("statusMessage", ""), task
+
+
+def test_an_unanswered_question_times_out_into_a_tool_error_and_is_withdrawn(
+    rpc: Rpc, store_redis: redis.Redis
+) -> None:
+    task_id = rpc.start("ask_one", {"timeout": 1})
+    # The 1 s window may be missed by a slow poll; the error text below proves the question was asked.
+    seen = rpc.wait(task_id, {"input_required", "completed", "failed", "cancelled"})
+    task = rpc.wait_done(task_id)
+    assert task["status"] == "completed" and task["result"]["isError"] is True, task
+    text = text_of(task)
+    assert "InputTimeout" in text and "within the timeout" in text, text
+    if seen["status"] == "input_required":
+        assert only_key(seen) in text  # the message names the question that timed out
+    assert "inputRequests" not in task
+    record = {k.decode() if isinstance(k, bytes) else k for k in store_redis.hkeys(KEYS.task(task_id))}
+    assert not {f for f in record if f.startswith("in:")}, record  # withdrawn from the record too
+
+
+# ------------------------------------------------------------------ HTTP
 
 
 def test_input_keys_are_unique_for_the_tasks_life_and_an_answered_key_is_never_taken_again(http: Rpc) -> None:
@@ -232,40 +266,6 @@ def test_input_keys_are_unique_for_the_tasks_life_and_an_answered_key_is_never_t
 
     http.update(task_id, {second: accept(name="Bob")})
     assert text_of(http.wait_done(task_id)) == "Ann,Bob,runs=1"  # "Zed" never reached the job
-
-
-def test_cancelling_a_task_waiting_for_input_ends_it_cancelled_at_once(http: Rpc) -> None:
-    task_id = http.start("ask_one", {"timeout": 60})
-    only_key(http.wait_inputs(task_id))
-    wait_for(lambda: celery_state(task_id)[0] == "INPUT_REQUIRED", 20, what="the job to wait")
-
-    ack = http.result("tasks/cancel", {"taskId": task_id})
-    acked = time.monotonic()
-    assert ack["resultType"] == "complete" and not TASK_FIELDS & set(ack), ack
-    task = wait_for(lambda: (t := http.get(task_id))["status"] == "cancelled" and t, 10, 0.005, "cancelled")
-    elapsed = time.monotonic() - acked
-    assert elapsed < 0.2, f"cancelled {elapsed * 1000:.0f} ms after the ack"
-    assert "inputRequests" not in task
-    # The job itself stopped (it was woken, not left to its 60 s timeout nor to the 1 s grace).
-    wait_for(lambda: celery_state(task_id)[0] == "REVOKED", 10, what="Celery state REVOKED")
-    assert "grace" not in task.get("statusMessage", ""), task
-
-
-def test_an_unanswered_question_times_out_into_a_tool_error_and_is_withdrawn(
-    http: Rpc, store_redis: redis.Redis
-) -> None:
-    task_id = http.start("ask_one", {"timeout": 1})
-    # The 1 s window may be missed by a slow poll; the error text below proves the question was asked.
-    seen = http.wait(task_id, {"input_required", "completed", "failed", "cancelled"})
-    task = http.wait_done(task_id)
-    assert task["status"] == "completed" and task["result"]["isError"] is True, task
-    text = text_of(task)
-    assert "InputTimeout" in text and "within the timeout" in text, text
-    if seen["status"] == "input_required":
-        assert only_key(seen) in text  # the message names the question that timed out
-    assert "inputRequests" not in task
-    record = {k.decode() if isinstance(k, bytes) else k for k in store_redis.hkeys(KEYS.task(task_id))}
-    assert not {f for f in record if f.startswith("in:")}, record  # withdrawn from the record too
 
 
 def test_a_client_without_elicitation_gets_the_input_not_supported_text_as_task_and_sync(http: Rpc) -> None:
