@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-__all__ = ["redis_answers", "run_demo", "start_embedded_redis"]
+__all__ = ["redis_answers", "run_demo", "start_embedded_redis", "stop_group"]
 
 EXT = "io.modelcontextprotocol/tasks"
 DEFAULT_REDIS = "redis://127.0.0.1:6379"
@@ -163,12 +163,18 @@ def _processes() -> Iterator[list[subprocess.Popen[bytes]]]:
         yield started
     finally:
         for proc in reversed(started):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """SIGTERM a process group we started (start_new_session), then SIGKILL it if it outlives `timeout`."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=timeout)
 
 
 def _spawn(

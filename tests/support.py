@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from mcp_celery.demo import stop_group
+
 ROOT = Path(__file__).resolve().parent.parent
 EXT = "io.modelcontextprotocol/tasks"
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -52,17 +54,6 @@ def modern_meta(capabilities: Mapping[str, Any]) -> dict[str, Any]:
         "io.modelcontextprotocol/clientCapabilities": dict(capabilities),
         "io.modelcontextprotocol/clientInfo": {"name": "mcp-celery-tests", "version": "0"},
     }
-
-
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group we started, then SIGKILL it if it does not exit within 15 s."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
 
 
 class Process:

@@ -15,7 +15,7 @@ import redis
 
 from mcp_celery.protocol import TASKS_EXTENSION
 from tests import sample_jobs
-from tests.support import HttpClient
+from tests.support import HttpClient, wait_for
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 MISSING_CAPABILITY = {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
@@ -226,23 +226,27 @@ def test_tasks_get_costs_two_redis_commands_on_one_connection(client: HttpClient
     task_id = client.wait(client.start("echo", {"text": "x"}))["taskId"]
     client.get(task_id)  # any first-terminal work is done by now
     seen: list[dict[str, object]] = []
-    end = f"end-{uuid.uuid4()}"
+    start, end = f"start-{uuid.uuid4()}", f"end-{uuid.uuid4()}"
     store = redis.Redis.from_url(sample_jobs.BACKEND)
+    watching = threading.Event()
 
     def watch() -> None:
         with store.monitor() as monitor:
-            ready.set()
             for command in monitor.listen():
-                if end in str(command["command"]):
+                text = str(command["command"])
+                if start in text:
+                    watching.set()
+                elif end in text:
                     return
-                if task_id in str(command["command"]):
+                elif watching.is_set() and task_id in text:
                     seen.append(command)
 
-    ready = threading.Event()
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    assert ready.wait(10)
-    time.sleep(0.2)  # MONITOR registers asynchronously after the reply to the MONITOR command
+    probe = redis.Redis.from_url(sample_jobs.BACKEND)
+    # MONITOR starts listing commands some time after it is issued: wait until it shows ours.
+    wait_for(lambda: probe.echo(start) and watching.wait(0.05), 10, 0, "MONITOR to start")
+    probe.close()
     for _ in range(10):
         client.get(task_id)
     store.echo(end)
