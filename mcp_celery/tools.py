@@ -23,7 +23,7 @@ from typing_extensions import is_typeddict
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TaskMode
 
-__all__ = ["AskFirst", "ToolSpec", "build_input_model", "call_tool_result", "registry", "spec_for_task"]
+__all__ = ["AskFirst", "ToolSpec", "build_input_model", "call_tool_result", "registry"]
 
 #: Questions settled through an MRTR round before a task is created: a fixed mapping of
 #: key to input request, or a function of the validated arguments returning one (or None).
@@ -99,10 +99,6 @@ _REGISTRIES: weakref.WeakKeyDictionary[Celery, dict[str, ToolSpec]] = weakref.We
 def registry(app: Celery) -> dict[str, ToolSpec]:
     """The tools registered on `app`, by MCP tool name."""
     return _REGISTRIES.setdefault(app, {})
-
-
-def spec_for_task(app: Celery, celery_name: str) -> ToolSpec | None:
-    return next((s for s in registry(app).values() if s.celery_task.name == celery_name), None)
 
 
 def build_input_model(
