@@ -1,0 +1,23 @@
+"""Real jobs served as MCP tools: `celery -A jobs worker` and `mcp-celery serve -A jobs`.
+
+The Celery app reads CELERY_BROKER_URL and CELERY_RESULT_BACKEND from the environment, like
+`jobs/demo.py`. Each job module registers its tools on this one app; importing the package
+imports them all.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+import mcp_celery
+
+app = Celery(
+    "jobs",
+    broker=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
+    backend=os.environ.get("CELERY_RESULT_BACKEND", "redis://127.0.0.1:6379/1"),
+)
+mcp_celery.configure_app(app)
+
+__all__ = ["app"]
