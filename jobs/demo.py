@@ -38,7 +38,7 @@ class TrainingReport(TypedDict):
     published: bool
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def train(ctx: mcp_celery.JobContext, epochs: int = 3) -> TrainingReport:
     """Train a (pretend) model, then ask whether to publish it."""
     accuracy = 0.5

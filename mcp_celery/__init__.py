@@ -7,32 +7,65 @@
     def slow_compute(ctx: mcp_celery.JobContext, seconds: float) -> str: ...
 
 Workers run `celery -A jobs worker` as usual; `mcp-celery serve -A jobs` serves MCP.
-The worker side never imports the MCP server; `create_server` loads it on first use.
+
+The package is layered; each tier imports only the ones above it in this list:
+
+    protocol, errors, settings, inputs    tier 0: the wire vocabulary, pure
+    store/, status, binding, tools        tier 1: the Redis schema and stores, the status table
+    worker/                               job code and Celery workers (celery, redis; never `mcp`)
+    server/                               the MCP server (the SDK's lowlevel Server)
+    client/                               the client library (`mcp` only; no celery, no redis)
+    cli, demo                             commands
+
+Names here are loaded lazily (PEP 562), so `import mcp_celery.client` does not drag in
+Celery, and `mcp_celery.create_server` loads the server only when first used.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
+import importlib as _importlib
+import typing as _typing
 
 from mcp_celery._version import __version__
-from mcp_celery.context import JobContext, current_context
-from mcp_celery.errors import (
-    ConfigurationError,
-    InputNotSupported,
-    InputTimeout,
-    McpCeleryError,
-    ProtocolError,
-    TaskCancelled,
-    ToolDefinitionError,
-)
-from mcp_celery.inputs import elicitation, roots_request, sampling
-from mcp_celery.settings import Settings
-from mcp_celery.worker import configure_app, expose, tool
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
+    from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
+
+    from mcp_celery.errors import (
+        ConfigurationError,
+        InputNotSupported,
+        InputTimeout,
+        McpCeleryError,
+        ProtocolError,
+        TaskCancelled,
+        ToolDefinitionError,
+    )
+    from mcp_celery.inputs import elicitation, roots_request, sampling
     from mcp_celery.server import create_server
+    from mcp_celery.settings import Settings
+    from mcp_celery.worker import JobContext, configure_app, current_context, expose, tool
+
+#: Public name → the module that defines it.
+_EXPORTS = {
+    "CreateMessageResult": "mcp_types",
+    "ElicitResult": "mcp_types",
+    "ListRootsResult": "mcp_types",
+    "ConfigurationError": "mcp_celery.errors",
+    "InputNotSupported": "mcp_celery.errors",
+    "InputTimeout": "mcp_celery.errors",
+    "McpCeleryError": "mcp_celery.errors",
+    "ProtocolError": "mcp_celery.errors",
+    "TaskCancelled": "mcp_celery.errors",
+    "ToolDefinitionError": "mcp_celery.errors",
+    "elicitation": "mcp_celery.inputs",
+    "roots_request": "mcp_celery.inputs",
+    "sampling": "mcp_celery.inputs",
+    "Settings": "mcp_celery.settings",
+    "create_server": "mcp_celery.server",
+    "JobContext": "mcp_celery.worker",
+    "configure_app": "mcp_celery.worker",
+    "current_context": "mcp_celery.worker",
+    "expose": "mcp_celery.worker",
+    "tool": "mcp_celery.worker",
+}
 
 __all__ = [
     "ConfigurationError",
@@ -59,9 +92,14 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "create_server":
-        from mcp_celery.server import create_server
+def __getattr__(name: str) -> _typing.Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mcp_celery' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup skips this function
+    return value
 
-        return create_server
-    raise AttributeError(f"module 'mcp_celery' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,68 +1,50 @@
-"""`mcp-celery serve` (MCP over stdio or Streamable HTTP) and `mcp-celery demo`. Wiring only."""
+"""`mcp-celery serve` (MCP over stdio or Streamable HTTP) and `mcp-celery demo`. Wiring only.
+
+Each subcommand imports its tier only when it runs, so `mcp-celery --help` loads neither
+Celery nor the MCP server.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 
-import anyio
-import uvicorn
-from celery import Celery
-from mcp.server.stdio import stdio_server
-from starlette.applications import Starlette
-
-from mcp_celery.demo import run_demo
 from mcp_celery.errors import ConfigurationError
-from mcp_celery.server import create_server
-from mcp_celery.settings import Settings
 
-__all__ = ["http_app", "load_app", "main"]
-
-_APP_ENV, _HOST_ENV = "MCP_CELERY_APP", "MCP_CELERY_HOST"
-
-
-def load_app(spec: str) -> Celery:
-    """Import `module` or `module:attribute` and return its Celery app, as `celery -A` does.
-
-    Raises:
-        ConfigurationError: nothing importable there, or no Celery app in it.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if "" not in sys.path:
-        sys.path.insert(0, "")  # like celery -A: the current directory is importable
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
-    candidates = [attribute] if attribute else ["app", "celery"]
-    for name in candidates:
-        found = getattr(module, name, None)
-        if isinstance(found, Celery):
-            return found
-    apps = [v for v in vars(module).values() if isinstance(v, Celery)]
-    if not attribute and len(apps) == 1:
-        return apps[0]
-    raise ConfigurationError(
-        f"no Celery app {'named ' + repr(attribute) if attribute else ''} found in {module_name!r}"
-    )
-
-
-def http_app() -> Starlette:
-    """ASGI app factory for `serve --http`; with `--workers N` each worker process builds its own server."""
-    server = create_server(load_app(os.environ[_APP_ENV]), Settings())
-    return server.streamable_http_app(stateless_http=True, json_response=True, host=os.environ[_HOST_ENV])
+__all__ = ["main"]
 
 
 def serve(app_spec: str, *, http: bool, host: str, port: int, workers: int) -> None:
+    from mcp_celery.celery_app import load_app
+
+    load_app(app_spec)  # fail early, with a clear message, before any worker process starts
     if http:
-        os.environ[_APP_ENV], os.environ[_HOST_ENV] = app_spec, host
-        # Task state lives in Redis only, so any worker process can answer for any task.
-        target = "mcp_celery.cli:http_app" if workers > 1 else http_app()
-        uvicorn.run(target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning")
-        return
+        _serve_http(app_spec, host, port, workers)
+    else:
+        _serve_stdio(app_spec)
+
+
+def _serve_http(app_spec: str, host: str, port: int, workers: int) -> None:
+    import uvicorn
+
+    from mcp_celery.server import http
+
+    os.environ[http.APP_ENV], os.environ[http.HOST_ENV] = app_spec, host
+    # Task state lives in Redis only, so any worker process can answer for any task.
+    target = "mcp_celery.server.http:http_app_from_env" if workers > 1 else http.http_app(app_spec, host)
+    uvicorn.run(target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning")
+
+
+def _serve_stdio(app_spec: str) -> None:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from mcp_celery.celery_app import load_app
+    from mcp_celery.server import create_server
+    from mcp_celery.settings import Settings
+
     server = create_server(load_app(app_spec), Settings())
 
     async def run_stdio() -> None:
@@ -95,9 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
     try:
         if args.command == "serve":
-            load_app(args.app)  # fail early, with a clear message, before any worker process starts
             serve(args.app, http=args.http, host=args.host, port=args.port, workers=args.workers)
         else:
+            from mcp_celery.demo import run_demo
+
             sys.exit(run_demo(port=args.port, keep_serving=args.serve))
     except ConfigurationError as exc:
         print(f"mcp-celery: {exc}", file=sys.stderr)

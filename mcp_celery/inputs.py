@@ -16,14 +16,9 @@ import pydantic
 from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
 
 from mcp_celery.errors import InputNotSupported
+from mcp_celery.protocol import CAPABILITY_FOR_METHOD
 
 __all__ = ["elicitation", "invalid_answer_reason", "missing_capability", "roots_request", "sampling"]
-
-_CAPABILITY_FOR_METHOD = {
-    "elicitation/create": "elicitation",
-    "sampling/createMessage": "sampling",
-    "roots/list": "roots",
-}
 
 
 def elicitation(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,9 +56,9 @@ def missing_capability(request: Mapping[str, Any], capabilities: Mapping[str, An
         InputNotSupported: the request is not an input request at all.
     """
     method = request.get("method")
-    needed = _CAPABILITY_FOR_METHOD.get(str(method))
+    needed = CAPABILITY_FOR_METHOD.get(str(method))
     if needed is None:
-        raise InputNotSupported(f"{method!r} is not an input request; use one of {sorted(_CAPABILITY_FOR_METHOD)}")
+        raise InputNotSupported(f"{method!r} is not an input request; use one of {sorted(CAPABILITY_FOR_METHOD)}")
     declared = capabilities.get(needed)
     if not isinstance(declared, dict):
         return f"the client did not declare the {needed!r} capability"

@@ -1,12 +1,16 @@
-"""SEP-2663 wire vocabulary: the extension id, status names, error codes and result shapes.
+"""SEP-2663 wire vocabulary and every builder of a wire shape.
 
-Tier 0: imports only the standard library and `mcp_types`. Everything that reaches the
-wire as a task is built here, so the flat `CreateTaskResult` and the per-status
-`DetailedTask` shapes are written once.
+Tier 0: imports only the standard library and `mcp_types` (never `mcp`, which loads the SDK's
+server and client). Whatever reaches the wire as a task, a tool result or a -32021 payload is
+built here, so the flat `CreateTaskResult`, the per-status `DetailedTask`, the `CallToolResult`
+of a job and the raw request envelope of the 2026-07-28 revision are each written once.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -18,21 +22,46 @@ from mcp_types import (
 )
 
 __all__ = [
+    "CAPABILITY_FOR_METHOD",
     "CLIENT_CAPABILITIES_META",
+    "CLIENT_INFO_META",
     "HEADER_MISMATCH",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
+    "MISSING_CAPABILITY_MESSAGE",
     "MISSING_REQUIRED_CLIENT_CAPABILITY",
+    "MODERN_PROTOCOL_VERSION",
+    "PROTOCOL_VERSION_META",
     "TASKS_EXTENSION",
+    "TASK_MODES",
+    "TASK_NOT_FOUND_MESSAGE",
     "TERMINAL_STATUSES",
+    "TOOL_ERROR_PREFIX",
     "TaskMode",
     "TaskStatus",
+    "call_tool_result",
+    "client_capabilities",
+    "create_task_result",
+    "detailed_task",
     "iso_ms",
     "missing_capability_data",
+    "now_ms",
+    "request_body",
+    "request_headers",
+    "tool_error_result",
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+MODERN_PROTOCOL_VERSION = "2026-07-28"
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
+
+MISSING_CAPABILITY_MESSAGE = "Missing required client capability"
+#: Unknown, expired and foreign task ids all get this one text, so existence never leaks.
+TASK_NOT_FOUND_MESSAGE = "Failed to retrieve task: Task not found"
+#: How every tool error text starts (the SDK's MCPServer words it the same way).
+TOOL_ERROR_PREFIX = "Error executing tool"
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -41,6 +70,19 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled
 #: synchronous; "required" refuses non-declaring requests with -32021; "forbidden" is
 #: always synchronous.
 TaskMode = Literal["optional", "required", "forbidden"]
+TASK_MODES: tuple[TaskMode, ...] = ("optional", "required", "forbidden")
+
+#: The client capability each kind of input request needs.
+CAPABILITY_FOR_METHOD = {
+    "elicitation/create": "elicitation",
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+}
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds, the unit of every timestamp mcp-celery stores."""
+    return int(time.time() * 1000)
 
 
 def iso_ms(epoch_ms: int) -> str:
@@ -48,6 +90,116 @@ def iso_ms(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
-def missing_capability_data() -> dict[str, Any]:
-    """The `data` member of a -32021 error; the 2026-07-28 schema requires it."""
-    return {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+def missing_capability_data(capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `data` member of a -32021 error (the 2026-07-28 schema requires it); default: the tasks extension."""
+    needed = {"extensions": {TASKS_EXTENSION: {}}} if capabilities is None else dict(capabilities)
+    return {"requiredCapabilities": needed}
+
+
+def call_tool_result(value: Any, *, structured: bool = False) -> dict[str, Any]:
+    """A successful `CallToolResult` carrying `value` as text (and as structuredContent if `structured`).
+
+    `resultType` is set inside the result too: the official TypeScript client rejects an
+    inlined task result without it.
+    """
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    result: dict[str, Any] = {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": False}
+    if structured:
+        result["structuredContent"] = value
+    return result
+
+
+def tool_error_result(tool: str, reason: str) -> dict[str, Any]:
+    """A `CallToolResult` with `isError: true`: the tool ran (or could not) and says why."""
+    text = f"{TOOL_ERROR_PREFIX} {tool}: {reason}"
+    return {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": True}
+
+
+def detailed_task(
+    *,
+    task_id: str,
+    status: TaskStatus,
+    created_ms: int,
+    updated_ms: int,
+    ttl_ms: int | None,
+    poll_ms: int,
+    status_message: str | None = None,
+    input_requests: Mapping[str, Any] | None = None,
+    result: Mapping[str, Any] | None = None,
+    error: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The wire `DetailedTask` (without `resultType`) for `tasks/get` and `notifications/tasks`.
+
+    Exactly the member the status requires is present: `inputRequests` while input_required,
+    `result` when completed, `error` when failed.
+    """
+    task: dict[str, Any] = {
+        "taskId": task_id,
+        "status": status,
+        "createdAt": iso_ms(created_ms),
+        "lastUpdatedAt": iso_ms(updated_ms),
+        "ttlMs": ttl_ms,
+        "pollIntervalMs": poll_ms,
+    }
+    if status_message:
+        task["statusMessage"] = status_message
+    if status == "input_required":
+        task["inputRequests"] = dict(input_requests or {})
+    elif status == "completed":
+        task["result"] = None if result is None else dict(result)
+    elif status == "failed":
+        task["error"] = None if error is None else dict(error)
+    return task
+
+
+def create_task_result(
+    *, task_id: str, created_ms: int, ttl_ms: int | None, poll_ms: int, status_message: str = "queued"
+) -> dict[str, Any]:
+    """The flat `CreateTaskResult` for a task just queued: `resultType: "task"` and the Task fields only."""
+    task = detailed_task(
+        task_id=task_id,
+        status="working",
+        created_ms=created_ms,
+        updated_ms=created_ms,
+        ttl_ms=ttl_ms,
+        poll_ms=poll_ms,
+        status_message=status_message,
+    )
+    return {"resultType": "task", **task}
+
+
+def client_capabilities(declare: bool = True, **extra: Any) -> dict[str, Any]:
+    """Per-request client capabilities: the tasks extension (unless `declare` is false) plus `extra`."""
+    out: dict[str, Any] = dict(extra)
+    if declare:
+        out["extensions"] = {TASKS_EXTENSION: {}}
+    return out
+
+
+def request_body(
+    request_id: int,
+    method: str,
+    params: Mapping[str, Any] | None,
+    capabilities: Mapping[str, Any],
+    client_name: str = "mcp-celery",
+) -> dict[str, Any]:
+    """A 2026-07-28 JSON-RPC request: the stateless `_meta` envelope travels in every request's params."""
+    meta = {
+        PROTOCOL_VERSION_META: MODERN_PROTOCOL_VERSION,
+        CLIENT_CAPABILITIES_META: dict(capabilities),
+        CLIENT_INFO_META: {"name": client_name, "version": "0"},
+    }
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+def request_headers(method: str, name: str | None = None) -> dict[str, str]:
+    """Streamable HTTP headers of a 2026-07-28 request; `name` is the Mcp-Name (tool name or task id)."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN_PROTOCOL_VERSION,
+        "Mcp-Method": method,
+    }
+    if name:
+        headers["Mcp-Name"] = name
+    return headers

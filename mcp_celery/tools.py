@@ -10,7 +10,6 @@ they are built, at import time, so a bad signature fails at `celery worker` or
 from __future__ import annotations
 
 import inspect
-import json
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,15 +20,13 @@ from celery import Celery, Task
 from typing_extensions import is_typeddict
 
 from mcp_celery.errors import ToolDefinitionError
-from mcp_celery.protocol import TaskMode
+from mcp_celery.protocol import TASK_MODES, TaskMode, call_tool_result
 
-__all__ = ["AskFirst", "ToolSpec", "build_input_model", "call_tool_result", "registry"]
+__all__ = ["AskFirst", "ToolSpec", "build_input_model", "registry"]
 
 #: Questions settled through an MRTR round before a task is created: a fixed mapping of
 #: key to input request, or a function of the validated arguments returning one (or None).
 AskFirst = Mapping[str, Mapping[str, Any]] | Callable[[dict[str, Any]], Mapping[str, Mapping[str, Any]] | None]
-
-_TASK_MODES = ("optional", "required", "forbidden")
 
 
 @dataclass(frozen=True)
@@ -39,7 +36,7 @@ class ToolSpec:
     input_model: type[pydantic.BaseModel]
     description: str | None = None
     title: str | None = None
-    mode: TaskMode = "optional"
+    task_mode: TaskMode = "optional"
     context_param: str | None = None
     output_adapter: pydantic.TypeAdapter[Any] | None = None
     terminate_on_cancel: bool = False
@@ -48,9 +45,11 @@ class ToolSpec:
     output_schema: dict[str, Any] | None = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.mode not in _TASK_MODES:
-            raise ToolDefinitionError(f"tool {self.name!r}: task mode must be one of {_TASK_MODES}, not {self.mode!r}")
-        if self.ask_first is not None and self.mode == "forbidden":
+        if self.task_mode not in TASK_MODES:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: task mode must be one of {TASK_MODES}, not {self.task_mode!r}"
+            )
+        if self.ask_first is not None and self.task_mode == "forbidden":
             # MRTR answers are delivered to a task; a forbidden tool never has one.
             raise ToolDefinitionError(f"tool {self.name!r}: ask_first needs task mode 'optional' or 'required'")
         object.__setattr__(self, "input_schema", self.input_model.model_json_schema())
@@ -65,9 +64,14 @@ class ToolSpec:
         """
         return self.input_model.model_validate(dict(arguments or {})).model_dump(mode="json")
 
+    @property
+    def structured(self) -> bool:
+        """Whether results carry structuredContent (the tool declares an output schema)."""
+        return self.output_schema is not None
+
     def call_tool_result(self, value: Any) -> dict[str, Any]:
         """The `CallToolResult` for a job's return value (already JSON-ready)."""
-        return call_tool_result(value, structured=self.output_schema is not None)
+        return call_tool_result(value, structured=self.structured)
 
     def to_wire(self) -> dict[str, Any]:
         tool: dict[str, Any] = {"name": self.name, "inputSchema": self.input_schema}
@@ -78,19 +82,6 @@ class ToolSpec:
         if self.output_schema is not None:
             tool["outputSchema"] = self.output_schema
         return tool
-
-
-def call_tool_result(value: Any, *, structured: bool = False) -> dict[str, Any]:
-    """A successful `CallToolResult` carrying `value` as text (and as structuredContent if `structured`).
-
-    `resultType` is set inside the result too: the official TypeScript client rejects an
-    inlined task result without it.
-    """
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    result: dict[str, Any] = {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": False}
-    if structured:
-        result["structuredContent"] = value
-    return result
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[Celery, dict[str, ToolSpec]] = weakref.WeakKeyDictionary()

@@ -66,7 +66,7 @@ def _accepted_content(response: dict | None) -> dict | None:
     return content if isinstance(content, dict) else {}
 
 
-@mcp_celery.tool(app, task="forbidden")
+@mcp_celery.tool(app, task_mode="forbidden")
 def greet(ctx: mcp_celery.JobContext, name: str) -> str:
     """Return a greeting. Always synchronous, never a task."""
     return f"Hello, {name}!"
@@ -87,7 +87,7 @@ def slow_compute(ctx: mcp_celery.JobContext, seconds: float, label: str = "") ->
     return f"Computed{tag} in {seconds:g} s"
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def failing_job(ctx: mcp_celery.JobContext) -> str:
     """Always fails with a tool error (the task ends completed with isError: true)."""
     ctx.status("about to fail")
@@ -95,7 +95,7 @@ def failing_job(ctx: mcp_celery.JobContext) -> str:
     raise RuntimeError("failing_job failed on purpose")
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def protocol_error_job(ctx: mcp_celery.JobContext) -> str:
     """Always fails with a JSON-RPC protocol error (the task ends failed with error{code,message})."""
     ctx.status("about to raise a protocol error")
@@ -103,7 +103,7 @@ def protocol_error_job(ctx: mcp_celery.JobContext) -> str:
     raise mcp_celery.ProtocolError(-32603, "protocol_error_job: internal error on purpose")
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def confirm_delete(ctx: mcp_celery.JobContext, filename: str) -> str:
     """Ask for confirmation (elicitation inside the task), then 'delete' the file."""
     ctx.status(f"waiting for confirmation to delete {filename}")
@@ -114,7 +114,7 @@ def confirm_delete(ctx: mcp_celery.JobContext, filename: str) -> str:
     return f"Kept {filename} (action={answer.action})"
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def multi_input(ctx: mcp_celery.JobContext) -> str:
     """Ask two questions at once (two input requests outstanding together)."""
     ctx.status("waiting for two answers")
@@ -133,7 +133,7 @@ def multi_input(ctx: mcp_celery.JobContext) -> str:
 
 @mcp_celery.tool(
     app,
-    task="required",
+    task_mode="required",
     ask_first={
         "user_name": mcp_celery.elicitation(
             "What is your name?",

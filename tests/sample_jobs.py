@@ -43,12 +43,12 @@ def greeting(name: str) -> Greeting:
     return Greeting(text=text, length=len(text))
 
 
-@mcp_celery.tool(app, task="forbidden")
+@mcp_celery.tool(app, task_mode="forbidden")
 def sync_only(text: str) -> str:
     return text.upper()
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def required_job(text: str) -> str:
     return text[::-1]
 
@@ -136,7 +136,7 @@ mcp_celery.expose(add)
 # ---------------------------------------------------------------- input requests
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
     answer = ctx.elicit("Publish the model?", CONFIRM, timeout=timeout)
     if answer.action != "accept":
@@ -144,7 +144,7 @@ def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
     return "published" if (answer.content or {}).get("confirm") else "kept"
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def ask_two(ctx: mcp_celery.JobContext) -> str:
     answers = ctx.ask(
         {"first": mcp_celery.elicitation("First name?", NAME), "second": mcp_celery.elicitation("Second name?", NAME)}
@@ -161,7 +161,7 @@ def ask_or_explain(ctx: mcp_celery.JobContext) -> str:
     return "asked"
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def ask_sample_and_roots(ctx: mcp_celery.JobContext) -> str:
     sample = ctx.sample("Say hi", max_tokens=10)
     roots = ctx.roots()
@@ -169,7 +169,7 @@ def ask_sample_and_roots(ctx: mcp_celery.JobContext) -> str:
     return f"{text} / {[str(r.uri) for r in roots.roots]}"
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
     """Two questions in a row; counts its executions, to show answers replay after a redelivery."""
     runs = markers.incr(marker)
@@ -180,7 +180,7 @@ def two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
 
 @mcp_celery.tool(
     app,
-    task="required",
+    task_mode="required",
     ask_first=lambda args: (
         {"confirm": mcp_celery.elicitation(f"Delete {args['count']} files from {args['bucket']}?", CONFIRM)}
         if args["count"] > 0

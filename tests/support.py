@@ -1,87 +1,46 @@
-"""Helpers for the end-to-end tests: processes started and stopped by pid, raw JSON-RPC clients."""
+"""Helpers for the end-to-end tests: the suite's worker and servers, and the raw JSON-RPC clients.
+
+Processes, waits and the raw clients come from the package (`mcp_celery._processes`,
+`mcp_celery._jsonrpc`), shared with the demo and the benchmark; this module only knows the
+suite's own jobs (`tests.sample_jobs`).
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
 
-import httpx
+from mcp_celery import _processes
+from mcp_celery._jsonrpc import RawHttpClient, RawStdioClient
+from mcp_celery._processes import free_port, wait_for
+from mcp_celery.protocol import TASKS_EXTENSION, TERMINAL_STATUSES, client_capabilities
 
-from mcp_celery.demo import stop_group
+__all__ = [
+    "EXT",
+    "ROOT",
+    "TERMINAL",
+    "HttpClient",
+    "Process",
+    "StdioClient",
+    "caps",
+    "free_port",
+    "start_http_server",
+    "start_worker",
+    "wait_for",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
-EXT = "io.modelcontextprotocol/tasks"
-TERMINAL = {"completed", "failed", "cancelled"}
-T = TypeVar("T")
+EXT = TASKS_EXTENSION
+TERMINAL = set(TERMINAL_STATUSES)
+caps = client_capabilities
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(check: Callable[[], T | None], timeout: float = 15.0, interval: float = 0.02, what: str = "") -> T:
-    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
-        time.sleep(interval)
-
-
-def caps(declare: bool = True, **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = dict(extra)
-    if declare:
-        out["extensions"] = {EXT: {}}
-    return out
-
-
-def modern_meta(capabilities: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": dict(capabilities),
-        "io.modelcontextprotocol/clientInfo": {"name": "mcp-celery-tests", "version": "0"},
-    }
-
-
-class Process:
-    """A subprocess in its own process group, stopped by pid."""
+class Process(_processes.Process):
+    """A subprocess of the suite, run from the repository root."""
 
     def __init__(self, args: list[str], env: Mapping[str, str], log: Path) -> None:
-        self.log = log
-        self._log_file = log.open("wb")
-        self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=dict(env), stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.alive():
-            os.killpg(self.proc.pid, sig)
-        self.proc.wait(timeout=30)
-        self._log_file.close()
-
-    def stop(self) -> None:
-        stop_group(self.proc)
-        if not self._log_file.closed:
-            self._log_file.close()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        super().__init__(args, env, log, cwd=ROOT)
 
 
 def start_worker(env: Mapping[str, str], log: Path, *, queues: str = "celery", name: str = "main") -> Process:
@@ -90,8 +49,7 @@ def start_worker(env: Mapping[str, str], log: Path, *, queues: str = "celery", n
         "-Q", queues, "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "INFO",
     ]  # fmt: skip
     worker = Process(args, env, log)
-    wait_for(lambda: "ready." in worker.output() or not worker.alive(), 60, 0.1, "the worker to start")
-    assert worker.alive(), worker.output()
+    worker.wait_ready(lambda: "ready." in worker.output(), 60, "the worker to start")
     return worker
 
 
@@ -103,113 +61,27 @@ def start_http_server(env: Mapping[str, str], log: Path, *extra: str) -> tuple[s
     url = f"http://127.0.0.1:{port}/mcp"
 
     def ready() -> bool:
-        assert server.alive(), server.output()
+        probe = RawHttpClient(url, timeout=1)
         try:
-            return httpx.post(url, json={}, timeout=1).status_code < 500
-        except httpx.TransportError:
+            return probe.send_raw(b"{}", {"Content-Type": "application/json"}).status_code < 500
+        except OSError:
             return False
+        finally:
+            probe.close()
 
-    wait_for(ready, 60, 0.1, "the HTTP server to answer")
+    server.wait_ready(ready, 60, "the HTTP server to answer")
     return url, server
 
 
-class HttpClient:
+class HttpClient(RawHttpClient):
     """Raw JSON-RPC over Streamable HTTP, 2026-07-28 framing, one request per POST."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.http = httpx.Client(timeout=30)
-        self._id = 0
-
-    def post(
-        self,
-        method: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        capabilities: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> httpx.Response:
-        self._id += 1
-        body_params = {**(params or {}), "_meta": modern_meta(caps() if capabilities is None else capabilities)}
-        hdrs = {
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": "2026-07-28",
-            "Mcp-Method": method,
-        }
-        # name="" sends no Mcp-Name header at all.
-        route = name if name is not None else (params or {}).get("taskId") or (params or {}).get("name")
-        if route:
-            hdrs["Mcp-Name"] = str(route)
-        hdrs.update(headers or {})
-        body = {"jsonrpc": "2.0", "id": self._id, "method": method, "params": body_params}
-        return self.http.post(self.url, json=body, headers=hdrs)
-
-    def call(self, method: str, params: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-        response = self.post(method, params, **kw)
-        return dict(response.json())
-
-    def result(self, method: str, params: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-        reply = self.call(method, params, **kw)
-        assert "result" in reply, reply
-        return dict(reply["result"])
-
-    def start(self, tool: str, arguments: Mapping[str, Any] | None = None, **capabilities: Any) -> str:
-        result = self.result(
-            "tools/call", {"name": tool, "arguments": dict(arguments or {})}, capabilities=caps(**capabilities)
-        )
-        assert result["resultType"] == "task", result
-        return str(result["taskId"])
-
-    def get(self, task_id: str, **kw: Any) -> dict[str, Any]:
-        return self.result("tasks/get", {"taskId": task_id}, **kw)
-
-    def wait(self, task_id: str, statuses: Iterable[str] = TERMINAL, timeout: float = 15.0) -> dict[str, Any]:
-        wanted = set(statuses)
-        return wait_for(
-            lambda: (t := self.get(task_id))["status"] in wanted and t, timeout, 0.05, f"{task_id} in {wanted}"
-        )
-
-    def close(self) -> None:
-        self.http.close()
+        super().__init__(url, client_name="mcp-celery-tests")
 
 
-class StdioClient:
-    """Raw JSON-RPC over a `mcp-celery serve` subprocess's stdin/stdout (newline-delimited)."""
+class StdioClient(RawStdioClient):
+    """Raw JSON-RPC over a `mcp-celery serve -A tests.sample_jobs` subprocess's stdin/stdout."""
 
     def __init__(self, env: Mapping[str, str], log: Path) -> None:
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"],
-            cwd=ROOT, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            start_new_session=True,
-        )  # fmt: skip
-        self._id = 0
-
-    def send(self, message: Mapping[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def request(self, method: str, params: Mapping[str, Any] | None = None, *, modern: bool = True,
-                capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
-        self._id += 1
-        body = dict(params or {})
-        if modern:
-            body["_meta"] = modern_meta(caps() if capabilities is None else capabilities)
-        self.send({"jsonrpc": "2.0", "id": self._id, "method": method, "params": body})
-        return self._read_reply(self._id)
-
-    def _read_reply(self, request_id: int) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            assert line, "the stdio server closed its output"
-            message = json.loads(line)
-            if message.get("id") == request_id:
-                return dict(message)
-
-    def close(self) -> None:
-        stop_group(self.proc)
-        self._log.close()
+        super().__init__([sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"], env, log, cwd=ROOT)

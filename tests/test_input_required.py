@@ -19,7 +19,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from mcp_celery.keys import Keys
+from mcp_celery.store.schema import Keys
 from tests import sample_jobs
 from tests.support import HttpClient, Process, StdioClient, caps, wait_for
 
@@ -327,7 +327,8 @@ def test_a_redelivered_job_replays_the_answers_already_given_instead_of_asking_a
     `runs=1`); a waiter that is done passes the ring on, so the other execution wakes too. Both
     then return; the worker log shows the re-run returned "Ann" too (`runs=2`), the end-to-end
     proof of the replay, and since Celery never overwrites SUCCESS the later result changes
-    nothing on the task.
+    nothing on the task. Which of the two the task reports is a race between the two stores,
+    so the test accepts either and checks that it never changes.
     """
     m = marker()
     task_id = http.start("two_rounds", {"marker": m})
@@ -363,7 +364,9 @@ def test_a_redelivered_job_replays_the_answers_already_given_instead_of_asking_a
     # shows what each returned: the re-run too answers "Ann", which it was never asked for.
     returned = wait_for(lambda: returns(worker, task_id, 2), 20, 0.05, "both executions to end")
     assert sorted(returned) == ["Ann,Bob,runs=1", "Ann,Bob,runs=2"], returned
-    assert returned[0] == result  # the first to end is the one the task reports
+    # Which result the task reports is whichever execution stored its result first; the log's
+    # order is not the store's order (each child logs after it stores), so only membership holds.
+    assert result in returned
     assert text_of(http.get(task_id)) == result  # the later result changed nothing
 
 

@@ -10,8 +10,8 @@ import pytest
 from celery import Celery
 
 import mcp_celery
-from mcp_celery.cli import load_app
-from mcp_celery.runtime import Runtime
+from mcp_celery.binding import AppBinding
+from mcp_celery.celery_app import load_app
 from mcp_celery.settings import Settings
 from mcp_celery.tools import registry
 
@@ -31,7 +31,7 @@ def test_bad_signatures_fail_at_definition_time_with_a_reason() -> None:
 
     with pytest.raises(mcp_celery.ToolDefinitionError, match="task mode"):
 
-        @mcp_celery.tool(app, task="sometimes")  # type: ignore[arg-type]
+        @mcp_celery.tool(app, task_mode="sometimes")  # type: ignore[arg-type]
         def mode() -> None: ...
 
     with pytest.raises(mcp_celery.ToolDefinitionError, match="JSON schema"):
@@ -55,12 +55,12 @@ def test_tool_names_must_be_unique_per_app() -> None:
 def test_options_reach_celery_and_the_tool_spec() -> None:
     app = make_app()
 
-    @mcp_celery.tool(app, name="n", title="T", description="D", task="required", queue="q", time_limit=7)
+    @mcp_celery.tool(app, name="n", title="T", description="D", task_mode="required", queue="q", time_limit=7)
     def fn(ctx: mcp_celery.JobContext, x: int = 1) -> int:
         return x
 
     spec = registry(app)["n"]
-    assert (spec.title, spec.description, spec.mode, spec.context_param) == ("T", "D", "required", "ctx")
+    assert (spec.title, spec.description, spec.task_mode, spec.context_param) == ("T", "D", "required", "ctx")
     assert spec.celery_task.queue == "q" and spec.celery_task.time_limit == 7
     assert spec.to_wire()["inputSchema"]["properties"] == {"x": {"default": 1, "title": "X", "type": "integer"}}
 
@@ -79,28 +79,17 @@ def test_a_tool_called_the_plain_celery_way_still_runs() -> None:
 
 
 def test_ttl_comes_from_result_expires_and_is_never_below_a_minute() -> None:
-    assert Runtime(make_app(), Settings()).ttl_ms == 86_400_000  # Celery's default: one day
-    assert Runtime(make_app(result_expires=7200), Settings()).ttl_ms == 7_200_000
-    assert Runtime(make_app(result_expires=None), Settings()).ttl_ms is None
+    assert AppBinding.create(make_app(), Settings()).lifetimes.ttl_ms == 86_400_000  # Celery's default: one day
+    assert AppBinding.create(make_app(result_expires=7200), Settings()).lifetimes.ttl_ms == 7_200_000
+    assert AppBinding.create(make_app(result_expires=None), Settings()).lifetimes.ttl_ms is None
     with pytest.raises(mcp_celery.ConfigurationError, match="at least 60"):
-        Runtime(make_app(result_expires=30), Settings())
+        AppBinding.create(make_app(result_expires=30), Settings())
 
 
 def test_a_non_redis_result_backend_is_a_clear_configuration_error() -> None:
     app = Celery("t", broker="memory://", backend="cache+memory://", set_as_current=False)
     with pytest.raises(mcp_celery.ConfigurationError, match="Redis result backend"):
-        Runtime(app, Settings())
-
-
-def test_public_names() -> None:
-    for name in mcp_celery.__all__:
-        assert getattr(mcp_celery, name) is not None, name
-
-
-def test_the_worker_side_never_imports_the_mcp_server() -> None:
-    code = "import sys, tests.sample_jobs; print(any(m.startswith('mcp.server') for m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+        AppBinding.create(app, Settings())
 
 
 def test_dash_a_takes_a_module_or_module_colon_app_like_celery() -> None:

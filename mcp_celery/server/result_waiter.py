@@ -1,9 +1,9 @@
 """Waiting for a Celery result from the async server, on one shared pub/sub connection.
 
-Server tier. Celery's Redis backend PUBLISHes every state it stores on the task's meta
-key; a synchronous `tools/call` subscribes to that channel on the server's single
-listener connection, queues the job, and sleeps until a ready state arrives. No
-connection per call and no polling.
+Server tier: the process's one Redis listener. Celery's Redis backend PUBLISHes every state it
+stores on the task's meta key; a synchronous `tools/call` subscribes to that channel on the
+server's single listener connection, queues the job, and sleeps until a ready state arrives.
+No connection per call and no polling.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from mcp_celery.status import READY_STATES
+
 __all__ = ["ResultWaiter"]
 
 logger = logging.getLogger(__name__)
-
-READY_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 
 
 class ResultWaiter:

@@ -1,5 +1,7 @@
 """Celery state + task record → the MCP task status. The only place Celery states are compared.
 
+Pure: no celery or redis import. Celery's result meta arrives decoded, as a dict.
+
 | Celery state (result meta)                    | MCP status                                   |
 |-----------------------------------------------|----------------------------------------------|
 | no meta, PENDING, RECEIVED, STARTED, RETRY,   | working (input_required while the record     |
@@ -22,17 +24,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mcp_celery.protocol import INTERNAL_ERROR, TERMINAL_STATUSES, TaskStatus, iso_ms
-from mcp_celery.record import TaskRecord
-from mcp_celery.tools import ToolSpec, call_tool_result
+from mcp_celery.protocol import (
+    INTERNAL_ERROR,
+    TERMINAL_STATUSES,
+    TOOL_ERROR_PREFIX,
+    TaskStatus,
+    call_tool_result,
+    detailed_task,
+)
+from mcp_celery.store.schema import TaskRecord
 
-__all__ = ["CELERY_TO_MCP_STATUS", "TaskView", "task_view"]
+__all__ = ["CELERY_TO_MCP_STATUS", "READY_STATES", "TaskView", "expired", "reported_ttl_ms", "task_view"]
 
 CELERY_TO_MCP_STATUS: dict[str, TaskStatus] = {
     "SUCCESS": "completed",
     "FAILURE": "failed",  # refined by _failure(): most exceptions are tool errors
     "REVOKED": "cancelled",
 }
+#: Celery states after which a job never runs again.
+READY_STATES = frozenset(CELERY_TO_MCP_STATUS)
 
 _WORKING_MESSAGES = {
     "PENDING": "queued",
@@ -91,23 +101,18 @@ class TaskView:
 
     def detailed_task(self, record: TaskRecord, now_ms: int) -> dict[str, Any]:
         """The wire `DetailedTask` (without `resultType`) for `tasks/get` and notifications."""
-        task: dict[str, Any] = {
-            "taskId": record.task_id,
-            "status": self.status,
-            "createdAt": iso_ms(record.created_ms),
-            "lastUpdatedAt": iso_ms(self.updated_ms),
-            "ttlMs": reported_ttl_ms(record, self, now_ms),
-            "pollIntervalMs": record.poll_ms,
-        }
-        if self.status_message:
-            task["statusMessage"] = self.status_message
-        if self.status == "input_required":
-            task["inputRequests"] = self.input_requests or {}
-        elif self.status == "completed":
-            task["result"] = self.result
-        elif self.status == "failed":
-            task["error"] = self.error
-        return task
+        return detailed_task(
+            task_id=record.task_id,
+            status=self.status,
+            created_ms=record.created_ms,
+            updated_ms=self.updated_ms,
+            ttl_ms=reported_ttl_ms(record, self, now_ms),
+            poll_ms=record.poll_ms,
+            status_message=self.status_message,
+            input_requests=self.input_requests,
+            result=self.result,
+            error=self.error,
+        )
 
 
 def reported_ttl_ms(record: TaskRecord, view: TaskView, now_ms: int) -> int | None:
@@ -129,12 +134,15 @@ def task_view(
     record: TaskRecord,
     meta: dict[str, Any] | None,
     now_ms: int,
-    spec: ToolSpec | None,
     *,
+    structured: bool,
     grace_ms: int,
     debug: bool = False,
 ) -> TaskView:
-    """The MCP view of a task from its record and its Celery result meta (None: no meta)."""
+    """The MCP view of a task from its record and its Celery result meta (None: no meta).
+
+    `structured`: the tool declares an output schema, so a result carries structuredContent.
+    """
     if record.final is not None:
         return TaskView.from_frozen(record.final)
     state = str(meta.get("status")) if meta else "PENDING"
@@ -143,7 +151,7 @@ def task_view(
         done_ms = _date_done_ms(meta) or now_ms
         if cancel_deadline is not None and done_ms > cancel_deadline and state != "REVOKED":
             return _cancelled_late(cancel_deadline)
-        return _terminal(state, meta or {}, done_ms, record, spec, debug)
+        return _terminal(state, meta or {}, done_ms, record, structured, debug)
     if cancel_deadline is not None and now_ms >= cancel_deadline:
         return _cancelled_late(cancel_deadline)
     updated = record.updated_ms or record.created_ms
@@ -158,11 +166,10 @@ def _cancelled_late(at_ms: int) -> TaskView:
 
 
 def _terminal(
-    state: str, meta: dict[str, Any], done_ms: int, record: TaskRecord, spec: ToolSpec | None, debug: bool
+    state: str, meta: dict[str, Any], done_ms: int, record: TaskRecord, structured: bool, debug: bool
 ) -> TaskView:
     if state == "SUCCESS":
-        value = meta.get("result")
-        result = spec.call_tool_result(value) if spec else call_tool_result(value)
+        result = call_tool_result(meta.get("result"), structured=structured)
         return TaskView("completed", done_ms, result=result)
     if state == "REVOKED":
         return TaskView("cancelled", done_ms, _exception_text(meta.get("result")) or "cancelled")
@@ -183,7 +190,7 @@ def _failure(meta: dict[str, Any], done_ms: int, tool: str, debug: bool) -> Task
         detail = _exception_text(exc)
         message = _INFRASTRUCTURE_FAILURES[exc_type] + (f": {detail}" if detail else "")
         return TaskView("failed", done_ms, message, error={"code": INTERNAL_ERROR, "message": message})
-    text = f"Error executing tool {tool}: {exc_type}: {_exception_text(exc)}".rstrip(": ")
+    text = f"{TOOL_ERROR_PREFIX} {tool}: {exc_type}: {_exception_text(exc)}".rstrip(": ")
     if debug and meta.get("traceback"):
         text += "\n" + str(meta["traceback"])
     result = {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": True}

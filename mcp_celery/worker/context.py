@@ -1,7 +1,9 @@
 """JobContext: what a running job uses to talk to its MCP task.
 
-Worker tier: imports celery and redis, never mcp.server. The context of the job running
-in this thread is a ContextVar, set and reset around each run by `mcp_celery.worker`.
+Worker tier: imports celery and redis, never `mcp` (whose package loads the SDK's server). The
+context is a facade: storage, the doorbell loops and the record codec live in the store; the
+code that runs a job (`mcp_celery.worker.execution`) makes the context current around the run
+with `activate`, as rq's `Job.perform` sets its current job.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +20,18 @@ from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
 
 from mcp_celery.errors import InputNotSupported, InputTimeout, TaskCancelled
 from mcp_celery.inputs import elicitation, missing_capability, roots_request, sampling
-from mcp_celery.runtime import Runtime, now_ms
+from mcp_celery.protocol import now_ms
+from mcp_celery.store.schema import TaskRecord
+from mcp_celery.store.sync import SyncStore
 
 if TYPE_CHECKING:
     from celery import Task
 
-__all__ = ["JobContext", "current_context"]
+__all__ = ["INPUT_REQUIRED_STATE", "JobContext", "activate", "current_context"]
 
 logger = logging.getLogger(__name__)
 
+#: The custom Celery state of a job waiting for answers (Flower shows it).
 INPUT_REQUIRED_STATE = "INPUT_REQUIRED"
 
 _current: ContextVar[JobContext | None] = ContextVar("mcp_celery_job_context", default=None)
@@ -36,6 +42,17 @@ def current_context() -> JobContext | None:
     return _current.get()
 
 
+@contextmanager
+def activate(ctx: JobContext) -> Iterator[JobContext]:
+    """Make `ctx` the current context for the duration of a job run."""
+    token = _current.set(ctx)
+    try:
+        yield ctx
+    finally:
+        assert _current.get() is ctx, "the job context changed under a running job"
+        _current.reset(token)
+
+
 class JobContext:
     """The job's handle on its MCP task. Passed to tools that declare a `JobContext` parameter.
 
@@ -44,25 +61,41 @@ class JobContext:
     input raises `InputNotSupported`.
     """
 
-    def __init__(self, task: Task[Any, Any], rt: Runtime, fields: Mapping[str, str] | None) -> None:
+    def __init__(
+        self, task: Task[Any, Any], store: SyncStore, record: TaskRecord | None, *, input_timeout_s: float
+    ) -> None:
         self._task = task
-        self._rt = rt
-        self._fields = dict(fields or {})
+        self._store = store
+        self._record = record
+        self._input_timeout_s = input_timeout_s
         self._round = 0
-        self.asked = False
+        self._asked = False
         self.task_id: str = str(task.request.id)
-        self.capabilities: dict[str, Any] = json.loads(self._fields.get("caps") or "{}")
-        self.first_answers: dict[str, dict[str, Any]] = json.loads(self._fields.get("first") or "{}")
 
     @property
     def attached(self) -> bool:
         """True when the job runs for an MCP `tools/call`."""
-        return bool(self._fields)
+        return self._record is not None
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The client capabilities declared on the `tools/call` that created the task."""
+        return {} if self._record is None else dict(self._record.capabilities)
+
+    @property
+    def first_answers(self) -> dict[str, dict[str, Any]]:
+        """Answers to the tool's `ask_first` questions, by key."""
+        return {} if self._record is None else dict(self._record.first_answers)
+
+    @property
+    def asked_for_input(self) -> bool:
+        """Whether this run posted input requests (so the task owns answers to expire)."""
+        return self._asked
 
     @property
     def cancelled(self) -> bool:
         """True once the client has cancelled the task."""
-        return self.attached and self._rt.sync_store.cancel_requested(self.task_id)
+        return self.attached and self._store.cancel_requested(self.task_id)
 
     def check_cancelled(self) -> None:
         """A cancel checkpoint.
@@ -90,14 +123,8 @@ class JobContext:
         """
         if not self.attached:
             time.sleep(seconds)
-            return
-        deadline = time.monotonic() + seconds
-        self.check_cancelled()
-        store = self._rt.sync_store
-        while (left := deadline - time.monotonic()) > 0:
-            if store.wait_bell(self.task_id, left) and store.cancel_requested(self.task_id):
-                store.ring(self.task_id)
-                raise TaskCancelled(self.task_id)
+        elif self._store.sleep_unless_cancelled(self.task_id, seconds):
+            raise TaskCancelled(self.task_id)
 
     def ask(self, requests: Mapping[str, Mapping[str, Any]], timeout: float | None = None) -> dict[str, dict[str, Any]]:
         """Send input requests to the client and block until every one is answered.
@@ -123,9 +150,8 @@ class JobContext:
         self._round += 1
         wire = {name: f"{name}-{self._round}" for name in requests}
         encoded = {wire[name]: json.dumps(dict(request)) for name, request in requests.items()}
-        store = self._rt.sync_store
-        self.asked = True
-        cancel, answers = store.post_inputs(self.task_id, encoded, now_ms())
+        self._asked = True
+        cancel, answers = self._store.post_inputs(self.task_id, encoded, now_ms())
         if cancel:
             raise TaskCancelled(self.task_id)
         if len(answers) < len(wire):
@@ -162,44 +188,33 @@ class JobContext:
         return ListRootsResult.model_validate(self.ask({"roots": roots_request()}, timeout)["roots"])
 
     def _check_can_ask(self, requests: Mapping[str, Mapping[str, Any]]) -> None:
-        if not self.attached:
+        if self._record is None:
             raise InputNotSupported("this job was not started through MCP, so there is no client to ask")
-        if self._fields.get("sync"):
+        if self._record.sync:
             raise InputNotSupported(
                 "the tool was called synchronously (the client did not declare the tasks extension), so the job "
-                "cannot ask for input; make tools that ask task='required'"
+                "cannot ask for input; make tools that ask task_mode='required'"
             )
         if not requests:
             raise ValueError("ask() needs at least one request")
         for name, request in requests.items():
-            reason = missing_capability(request, self.capabilities)
+            reason = missing_capability(request, self._record.capabilities)
             if reason:
                 raise InputNotSupported(f"cannot send input request {name!r}: {reason}")
 
     def _wait_for_answers(self, keys: list[str], timeout: float | None) -> dict[str, str]:
-        store = self._rt.sync_store
         self._task.update_state(state=INPUT_REQUIRED_STATE, meta={"message": "waiting for input", "keys": keys})
         self._send_event("task-input_required", keys=keys)
-        deadline = time.monotonic() + (self._rt.settings.input_timeout_s if timeout is None else timeout)
-        while True:
-            # One blocking call per wake-up: the bell rings on every answer and on cancel.
-            rang = store.wait_bell(self.task_id, deadline - time.monotonic())
-            cancel, answers = store.poll_answers(self.task_id, keys)
-            if not cancel and len(answers) < len(keys) and not rang and time.monotonic() >= deadline:
-                store.withdraw_inputs(self.task_id, [k for k in keys if k not in answers])
-                # An answer taken between the poll and the withdrawal was acked to the client: keep it.
-                cancel, answers = store.poll_answers(self.task_id, keys)
-                if not cancel and len(answers) < len(keys):
-                    raise InputTimeout(f"no answer to {sorted(set(keys) - set(answers))} within the timeout")
-            if cancel or len(answers) == len(keys):
-                # Another execution of this task (a duplicate delivery) may be blocked on the bell too.
-                store.ring(self.task_id)
-                if cancel:
-                    raise TaskCancelled(self.task_id)
-                break
+        outcome = self._store.wait_for_answers(
+            self.task_id, keys, self._input_timeout_s if timeout is None else timeout
+        )
+        if outcome.cancelled:
+            raise TaskCancelled(self.task_id)
+        if outcome.missing:
+            raise InputTimeout(f"no answer to {list(outcome.missing)} within the timeout")
         self._task.update_state(state="STARTED", meta={"message": "running"})
         self._send_event("task-started")
-        return answers
+        return outcome.answers
 
     def _send_event(self, event: str, **fields: Any) -> None:
         # Flower learns of custom states only through events; a lost event must not fail the job.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp_celery.mapping import TaskView, expired, reported_ttl_ms, task_view
-from mcp_celery.record import TaskRecord
+from mcp_celery.status import TaskView, expired, reported_ttl_ms, task_view
+from mcp_celery.store.schema import TaskRecord
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
@@ -17,7 +17,7 @@ def record(**kw: Any) -> TaskRecord:
 
 
 def view(meta: dict[str, Any] | None, rec: TaskRecord | None = None, now: int = T0 + 1000, **kw: Any) -> TaskView:
-    return task_view(rec or record(), meta, now, None, grace_ms=5000, **kw)
+    return task_view(rec or record(), meta, now, structured=False, grace_ms=5000, **kw)
 
 
 def failure(exc_type: str, *args: Any) -> dict[str, Any]:

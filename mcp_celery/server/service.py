@@ -1,0 +1,119 @@
+"""The state every server handler shares: the app binding, the async store, the result waiter.
+
+Server tier. Every handler reads and writes Redis only; nothing about a task lives in this
+process's memory, so any number of replicas can serve the same tasks and a restart loses
+nothing. The one in-process thing is a timer per cancel that, after the grace period,
+terminates a job that opted in (the read path reports the task cancelled on its own, timer
+or not).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import redis.asyncio as aioredis
+from anyio.abc import TaskGroup
+
+from mcp_celery.binding import AppBinding
+from mcp_celery.protocol import now_ms
+from mcp_celery.server.result_waiter import ResultWaiter
+from mcp_celery.status import READY_STATES, TaskView, expired, task_view
+from mcp_celery.store.aio import AsyncStore
+from mcp_celery.store.schema import TaskRecord
+from mcp_celery.tools import ToolSpec, registry
+
+__all__ = ["TaskService"]
+
+logger = logging.getLogger(__name__)
+
+
+class TaskService:
+    """Reads, cancels and waits on tasks for the handlers; lives as long as the server."""
+
+    def __init__(self, binding: AppBinding) -> None:
+        self.binding = binding
+        self.settings = binding.settings
+        self._store: AsyncStore | None = None
+        self._waiter: ResultWaiter | None = None
+        self._tg: TaskGroup | None = None
+
+    @property
+    def tools(self) -> dict[str, ToolSpec]:
+        return registry(self.binding.app)
+
+    @property
+    def store(self) -> AsyncStore:
+        if self._store is None:
+            client = aioredis.Redis.from_url(self.binding.redis_url)
+            self._store = AsyncStore(client, self.binding.keys, self.binding.lifetimes, self.binding.backend.meta_key)
+        return self._store
+
+    @property
+    def waiter(self) -> ResultWaiter | None:
+        """The shared result listener; None outside the server's lifespan."""
+        return self._waiter
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The server's lifespan: the result listener and the cancel timers run inside it."""
+        waiter = self._waiter = ResultWaiter(self.store.redis, self.binding.backend.decode)
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(waiter.run)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+                self._tg = self._waiter = None
+        await waiter.aclose()
+        if self._store is not None:
+            await self._store.aclose()
+            self._store = None
+
+    async def read_view(self, task_id: str) -> tuple[TaskRecord, TaskView] | None:
+        """The task's record and MCP view, or None when it is unknown or expired."""
+        record, raw_meta = await self.store.read(task_id)
+        if record is None:
+            return None
+        meta = self.binding.backend.decode(raw_meta)
+        now = now_ms()
+        spec = self.tools.get(record.tool)
+        view = task_view(
+            record,
+            meta,
+            now,
+            structured=spec is not None and spec.structured,
+            grace_ms=int(self.settings.cancel_grace_s * 1000),
+            debug=self.settings.debug,
+        )
+        if view.terminal and record.final is None and (meta or {}).get("status") != "SUCCESS":
+            # Celery itself never overwrites SUCCESS; every other terminal state is frozen
+            # here so that a late result, a redelivery or a retry cannot change it.
+            frozen = await self.store.freeze(task_id, view.to_json())
+            if frozen is None:
+                return None
+            view = TaskView.from_frozen(frozen)
+        if expired(record, view, now):
+            return None
+        return record, view
+
+    async def cancel(self, task_id: str, spec: ToolSpec | None) -> None:
+        """Flag the task cancelled (the job checks the flag) and drop any queued copy."""
+        await self.store.request_cancel(task_id, now_ms())
+        # Drops a queued copy; a running job learns of the cancel from the flag in Redis.
+        app = self.binding.app
+        await anyio.to_thread.run_sync(lambda: app.control.revoke(task_id))
+        if self._tg is not None and spec is not None and spec.terminate_on_cancel:
+            self._tg.start_soon(self._terminate_after_grace, task_id)
+
+    async def _terminate_after_grace(self, task_id: str) -> None:
+        await anyio.sleep(self.settings.cancel_grace_s)
+        record, meta = await self.store.read(task_id)
+        decoded = self.binding.backend.decode(meta)
+        if record is not None and (decoded or {}).get("status") not in READY_STATES:
+            logger.warning("task %s did not stop within the grace period; terminating its worker process", task_id)
+            app = self.binding.app
+            await anyio.to_thread.run_sync(lambda: app.control.revoke(task_id, terminate=True))

@@ -1,0 +1,78 @@
+"""The server's shell over the store: asyncio redis-py.
+
+Round trips: `read` (the whole of `tasks/get`) is one pipeline of two commands, HGETALL on the
+record and GET on Celery's result meta. `create` is one pipeline of three.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from mcp_celery.store import scripts
+from mcp_celery.store.schema import FIELD, Keys, Lifetimes, TaskRecord, decode_hash
+
+__all__ = ["AsyncStore"]
+
+
+def _pairs(items: Mapping[str, str]) -> list[str]:
+    return [part for pair in items.items() for part in pair]
+
+
+class AsyncStore:
+    """The server's view of the store."""
+
+    def __init__(
+        self, client: aioredis.Redis, keys: Keys, lifetimes: Lifetimes, meta_key: Callable[[str], Any]
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.lifetimes = lifetimes
+        self.meta_key = meta_key
+        self._answer = client.register_script(scripts.ANSWER)
+        self._freeze = client.register_script(scripts.FREEZE)
+
+    async def create(self, record: TaskRecord, pending_meta: bytes | str) -> None:
+        """Write the record and a PENDING Celery meta, so `tasks/get` succeeds before the job is queued."""
+        key = self.keys.task(record.task_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping=dict(record.to_hash()))  # type: ignore[arg-type]
+            pipe.expire(key, self.lifetimes.live_s)
+            pipe.set(self.meta_key(record.task_id), pending_meta, ex=self.lifetimes.ttl_s)
+            await pipe.execute()
+
+    async def read(self, task_id: str) -> tuple[TaskRecord | None, bytes | None]:
+        """The record and Celery's raw result meta, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.task(task_id))
+            pipe.get(self.meta_key(task_id))
+            raw, meta = await pipe.execute()
+        return TaskRecord.from_hash(task_id, decode_hash(raw)), meta
+
+    async def freeze(self, task_id: str, frozen: str) -> dict[str, Any] | None:
+        """Freeze `frozen` as the terminal state unless one already is; returns the frozen one."""
+        stored = await self._freeze(keys=[self.keys.task(task_id)], args=[frozen])
+        return json.loads(stored) if stored else None
+
+    async def answer(self, task_id: str, answers: Mapping[str, str], now_ms: int) -> int:
+        """Store answers to outstanding requests and wake the job; returns how many were taken."""
+        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.bell(task_id)]
+        return int(await self._answer(keys=keys, args=[now_ms, self.lifetimes.live_s, *_pairs(answers)]))
+
+    async def request_cancel(self, task_id: str, now_ms: int) -> None:
+        """Durable cancel flag first (the job checks it), then the bell wakes a waiting job."""
+        bell = self.keys.bell(task_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hsetnx(self.keys.task(task_id), FIELD.CANCEL, now_ms)
+            pipe.lpush(bell, "cancel")
+            pipe.expire(bell, self.lifetimes.live_s)
+            await pipe.execute()
+
+    async def delete(self, task_id: str) -> None:
+        await self.redis.delete(self.keys.task(task_id), self.meta_key(task_id))
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()

@@ -1,0 +1,190 @@
+"""The Redis schema: key names, the task hash's field names, the record codec and the lifetime policy.
+
+Pure (no I/O, no redis import). A task `abc` with the default prefix owns:
+
+>>> k = Keys("mcp-celery")
+>>> k.task("abc")
+'mcp-celery:task:abc'
+>>> k.answers("abc")
+'mcp-celery:task:abc:answers'
+>>> k.bell("abc")
+'mcp-celery:task:abc:bell'
+
+The task hash holds the record (tool, createdAt, TTL, client capabilities, owner, cancel
+request, frozen terminal state) and one field per outstanding input request
+(`in:<key>`), so that `tasks/get` is a single HGETALL beside the Celery result GET.
+The answers hash keeps every delivered answer for replay after a redelivery; the bell
+is a list used as a doorbell (BLPOP) that wakes a job waiting for input or cancel.
+
+Celery's result meta says how the job is doing; the record says what Celery cannot: that
+the task exists at all (a queued and an unknown id both read PENDING in Celery), when it was
+created, its TTL, the client's capabilities, its owner, a cancel request, outstanding input
+requests and, once a terminal state has been observed, that state frozen for ever.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "FIELD",
+    "INPUT_FIELD_PREFIX",
+    "JOB_FIELDS",
+    "Keys",
+    "Lifetimes",
+    "TaskRecord",
+    "as_text",
+    "decode_hash",
+]
+
+
+class FIELD:
+    """Names of the task hash's fields; the Lua scripts are built from these too."""
+
+    TOOL = "tool"
+    CREATED = "created"
+    TTL = "ttl"
+    POLL = "poll"
+    CAPABILITIES = "caps"
+    OWNER = "owner"
+    SYNC = "sync"
+    FIRST_ANSWERS = "first"
+    CANCEL = "cancel"
+    UPDATED = "updated"
+    FINAL = "final"
+
+
+#: Prefix of the task-hash fields that hold outstanding input requests.
+INPUT_FIELD_PREFIX = "in:"
+
+#: The record fields a starting job reads.
+JOB_FIELDS = (
+    FIELD.TOOL,
+    FIELD.CAPABILITIES,
+    FIELD.SYNC,
+    FIELD.CANCEL,
+    FIELD.FIRST_ANSWERS,
+    FIELD.CREATED,
+    FIELD.TTL,
+    FIELD.POLL,
+)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis key mcp-celery writes, under one prefix."""
+
+    prefix: str = "mcp-celery"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}"
+
+    def answers(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}:answers"
+
+    def bell(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}:bell"
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    """How long records live; the store applies this policy, callers never pass expiries around.
+
+    Args:
+        ttl_s: how long a finished task stays readable (Celery's result_expires); None: for ever.
+        max_job_s: the longest a job may run; a live record is kept TTL plus this, so it
+            never expires before the job that owns it.
+    """
+
+    ttl_s: int | None
+    max_job_s: int
+
+    @property
+    def ttl_ms(self) -> int | None:
+        return None if self.ttl_s is None else self.ttl_s * 1000
+
+    @property
+    def live_s(self) -> int:
+        """Lifetime of a record whose job has not finished (refreshed when the job starts)."""
+        return (self.ttl_s or 365 * 86400) + self.max_job_s
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One task's record, decoded."""
+
+    task_id: str
+    tool: str
+    created_ms: int
+    ttl_ms: int | None
+    poll_ms: int
+    capabilities: dict[str, Any] = field(default_factory=lambda: {})
+    owner: str = ""
+    sync: bool = False
+    cancel_ms: int | None = None
+    updated_ms: int | None = None
+    final: dict[str, Any] | None = None
+    inputs: dict[str, Any] = field(default_factory=lambda: {})
+    first_answers: dict[str, Any] = field(default_factory=lambda: {})
+
+    def to_hash(self) -> dict[str, str]:
+        """Fields written when the task is created (the rest are written as it runs)."""
+        fields = {
+            FIELD.TOOL: self.tool,
+            FIELD.CREATED: str(self.created_ms),
+            FIELD.TTL: "" if self.ttl_ms is None else str(self.ttl_ms),
+            FIELD.POLL: str(self.poll_ms),
+            FIELD.CAPABILITIES: json.dumps(self.capabilities),
+            FIELD.OWNER: self.owner,
+            FIELD.SYNC: "1" if self.sync else "",
+        }
+        if self.first_answers:
+            fields[FIELD.FIRST_ANSWERS] = json.dumps(self.first_answers)
+        return fields
+
+    @classmethod
+    def from_hash(cls, task_id: str, raw: Mapping[str, str]) -> TaskRecord | None:
+        """Decode an HGETALL reply; None when the record is missing or incomplete."""
+        if FIELD.TOOL not in raw or FIELD.CREATED not in raw:
+            return None
+        inputs = {
+            k[len(INPUT_FIELD_PREFIX) :]: json.loads(v) for k, v in raw.items() if k.startswith(INPUT_FIELD_PREFIX)
+        }
+        return cls(
+            task_id=task_id,
+            tool=raw[FIELD.TOOL],
+            created_ms=int(raw[FIELD.CREATED]),
+            ttl_ms=_int_or_none(raw.get(FIELD.TTL)),
+            poll_ms=int(raw.get(FIELD.POLL) or 1000),
+            capabilities=json.loads(raw.get(FIELD.CAPABILITIES) or "{}"),
+            owner=raw.get(FIELD.OWNER, ""),
+            sync=bool(raw.get(FIELD.SYNC)),
+            cancel_ms=_int_or_none(raw.get(FIELD.CANCEL)),
+            updated_ms=_int_or_none(raw.get(FIELD.UPDATED)),
+            final=json.loads(raw[FIELD.FINAL]) if raw.get(FIELD.FINAL) else None,
+            inputs=inputs,
+            first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
+        )
+
+    @classmethod
+    def from_job_fields(cls, task_id: str, fields: Mapping[str, str]) -> TaskRecord:
+        """The partial record a starting job reads (JOB_FIELDS only)."""
+        record = cls.from_hash(task_id, fields)
+        if record is None:
+            raise ValueError(f"task {task_id}: the record lacks {FIELD.TOOL!r} or {FIELD.CREATED!r}")
+        return record
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value else None
+
+
+def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
+    return {as_text(k): as_text(v) for k, v in raw.items()}
+
+
+def as_text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

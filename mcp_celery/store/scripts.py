@@ -1,0 +1,55 @@
+"""The Lua scripts behind every multi-key state change that must be atomic.
+
+Pure strings, built from the field names in `schema`, each with a KEYS/ARGV header.
+"""
+
+from __future__ import annotations
+
+from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX
+
+__all__ = ["ANSWER", "FREEZE", "POST_INPUTS"]
+
+# KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list.
+# ARGV[1] now (ms), ARGV[2] expiry of answers and bell (s), then key/answer pairs.
+# Stores each answer whose key is still outstanding (first answer wins), removes the key
+# from the outstanding set and rings the bell once. Returns how many answers were taken.
+ANSWER = f"""
+local taken = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HDEL', KEYS[1], '{INPUT_FIELD_PREFIX}' .. ARGV[i]) == 1 then
+    redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
+    taken = taken + 1
+  end
+end
+if taken > 0 then
+  redis.call('HSET', KEYS[1], '{FIELD.UPDATED}', ARGV[1])
+  redis.call('LPUSH', KEYS[3], 'answer')
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+  redis.call('EXPIRE', KEYS[3], ARGV[2])
+end
+return taken
+"""
+
+# KEYS[1] task hash. ARGV[1] frozen terminal view (JSON).
+# Freezes the first terminal state observed and returns the frozen one (nil: no record).
+FREEZE = f"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+redis.call('HSETNX', KEYS[1], '{FIELD.FINAL}', ARGV[1])
+return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
+"""
+
+# KEYS[1] task hash, KEYS[2] answers hash. ARGV[1] now (ms), then key/request pairs.
+# Posts each request that has no stored answer yet (a redelivered job replays answers
+# instead of asking again). Returns {cancel-requested, answers...} in ARGV order.
+POST_INPUTS = f"""
+local out = {{redis.call('HGET', KEYS[1], '{FIELD.CANCEL}') or false}}
+for i = 2, #ARGV, 2 do
+  local answer = redis.call('HGET', KEYS[2], ARGV[i])
+  if not answer then
+    redis.call('HSET', KEYS[1], '{INPUT_FIELD_PREFIX}' .. ARGV[i], ARGV[i + 1])
+  end
+  out[#out + 1] = answer or false
+end
+redis.call('HSET', KEYS[1], '{FIELD.UPDATED}', ARGV[1])
+return out
+"""

@@ -1,0 +1,133 @@
+"""The worker's shell over the store: synchronous redis-py, used from inside running jobs.
+
+Holds the doorbell loops too: a job waiting for answers or sleeping blocks on one BLPOP of its
+bell, which rings on every answer and on cancel, so a waiting job costs no polling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from mcp_celery.store import scripts
+from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS, Keys, Lifetimes, TaskRecord, as_text
+
+__all__ = ["AnswerWait", "SyncStore"]
+
+
+@dataclass(frozen=True)
+class AnswerWait:
+    """How a wait for answers ended: every answer in, a cancel, or the timeout with some missing."""
+
+    answers: dict[str, str] = field(default_factory=lambda: {})
+    cancelled: bool = False
+    missing: tuple[str, ...] = ()
+
+
+def _pairs(items: Mapping[str, str]) -> list[str]:
+    return [part for pair in items.items() for part in pair]
+
+
+class SyncStore:
+    """The worker's view of the store. Its client must have no socket timeout (it blocks on BLPOP)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, lifetimes: Lifetimes, meta_key: Callable[[str], Any]) -> None:
+        self.redis = client
+        self.keys = keys
+        self.lifetimes = lifetimes
+        self.meta_key = meta_key
+        self._post = client.register_script(scripts.POST_INPUTS)
+
+    def job_started(self, task_id: str) -> TaskRecord | None:
+        """The record a starting job needs, or None when the job was not started through MCP.
+
+        Also restarts the record's lifetime, so that a job that waited long in the queue still
+        has TTL plus the longest job ahead of it: a running task never expires.
+        """
+        key = self.keys.task(task_id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(key, list(JOB_FIELDS))
+            pipe.expire(key, self.lifetimes.live_s)  # a no-op when there is no record
+            values, _ = pipe.execute()
+        fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
+        return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
+
+    def cancel_requested(self, task_id: str) -> bool:
+        return bool(self.redis.hexists(self.keys.task(task_id), FIELD.CANCEL))
+
+    def post_inputs(self, task_id: str, requests: Mapping[str, str], now_ms: int) -> tuple[bool, dict[str, str]]:
+        """Publish input requests; returns (cancel requested, answers already stored by key)."""
+        keys = [self.keys.task(task_id), self.keys.answers(task_id)]
+        reply = self._post(keys=keys, args=[now_ms, *_pairs(requests)])
+        answers = {k: as_text(v) for k, v in zip(requests, reply[1:], strict=True) if v}
+        return bool(reply[0]), answers
+
+    def wait_for_answers(self, task_id: str, wire_keys: list[str], timeout_s: float) -> AnswerWait:
+        """Block until every key is answered, the task is cancelled, or `timeout_s` passes.
+
+        On timeout the unanswered requests are withdrawn from the record; an answer acked to
+        the client in the instant before that is still kept.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rang = self._wait_bell(task_id, deadline - time.monotonic())
+            cancel, answers = self._poll_answers(task_id, wire_keys)
+            if not cancel and len(answers) < len(wire_keys) and not rang and time.monotonic() >= deadline:
+                self._withdraw_inputs(task_id, [k for k in wire_keys if k not in answers])
+                cancel, answers = self._poll_answers(task_id, wire_keys)
+                if not cancel and len(answers) < len(wire_keys):
+                    return AnswerWait(answers, missing=tuple(sorted(set(wire_keys) - set(answers))))
+            if cancel or len(answers) == len(wire_keys):
+                # Another execution of this task (a duplicate delivery) may be blocked on the bell too.
+                self._ring(task_id)
+                return AnswerWait(answers, cancelled=cancel)
+
+    def sleep_unless_cancelled(self, task_id: str, seconds: float) -> bool:
+        """Sleep `seconds`, waking at once on cancel; True when the task was cancelled."""
+        deadline = time.monotonic() + seconds
+        if self.cancel_requested(task_id):
+            return True
+        while (left := deadline - time.monotonic()) > 0:
+            if self._wait_bell(task_id, left) and self.cancel_requested(task_id):
+                self._ring(task_id)
+                return True
+        return False
+
+    def job_ended(self, task_id: str, *, asked: bool) -> None:
+        """Let the record live for the TTL from now on, now that the job is over.
+
+        Celery writes the result meta just after this with the same expiry, so the record
+        never outlives the meta (which would make a finished task read as queued).
+        """
+        keys = [self.keys.task(task_id)] + ([self.keys.answers(task_id), self.keys.bell(task_id)] if asked else [])
+        ttl_s = self.lifetimes.ttl_s
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                if ttl_s is None:
+                    pipe.persist(key)
+                else:
+                    pipe.expire(key, ttl_s)
+            pipe.execute()
+
+    def _poll_answers(self, task_id: str, wire_keys: list[str]) -> tuple[bool, dict[str, str]]:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hexists(self.keys.task(task_id), FIELD.CANCEL)
+            pipe.hmget(self.keys.answers(task_id), wire_keys)
+            cancel, values = pipe.execute()
+        return bool(cancel), {k: as_text(v) for k, v in zip(wire_keys, values, strict=True) if v}
+
+    def _withdraw_inputs(self, task_id: str, wire_keys: list[str]) -> None:
+        self.redis.hdel(self.keys.task(task_id), *[INPUT_FIELD_PREFIX + k for k in wire_keys])
+
+    def _ring(self, task_id: str) -> None:
+        """Pass a wake-up on: BLPOP wakes one waiter per ring, and a duplicate delivery may be waiting too."""
+        self.redis.lpush(self.keys.bell(task_id), "relay")
+
+    def _wait_bell(self, task_id: str, timeout_s: float) -> bool:
+        """Block until the bell rings (answer or cancel) or the timeout passes; True if it rang."""
+        # BLPOP takes a float timeout; 0 would mean forever, so never pass it.
+        return self.redis.blpop([self.keys.bell(task_id)], timeout=max(timeout_s, 0.001)) is not None

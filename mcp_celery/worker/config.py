@@ -1,0 +1,73 @@
+"""The Celery settings long MCP jobs need, and the worker side's binding to each app.
+
+Worker tier: celery and redis, never `mcp`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cached_property
+
+import redis
+from celery import Celery
+
+from mcp_celery.binding import AppBinding
+from mcp_celery.settings import Settings
+from mcp_celery.store.sync import SyncStore
+
+__all__ = ["DEFAULT_MAX_JOB", "WorkerBinding", "configure_app", "worker_binding"]
+
+#: Longest job the recommended configuration expects; also its hard time limit.
+DEFAULT_MAX_JOB = timedelta(hours=6)
+
+
+def configure_app(app: Celery, *, max_job: timedelta = DEFAULT_MAX_JOB) -> None:
+    """Apply the Celery settings long MCP jobs need (at-most-once delivery, visible states).
+
+    Acks early and no prefetch, so the Redis visibility timeout can never run a long job
+    twice; STARTED and custom states are tracked and sent as events for Flower. Call it
+    before your own `app.conf` changes if you want to override any of these.
+    """
+    seconds = int(max_job.total_seconds())
+    app.conf.update(
+        task_acks_late=False,
+        worker_prefetch_multiplier=1,
+        worker_disable_prefetch=True,
+        task_track_started=True,
+        result_extended=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_time_limit=seconds,
+        broker_transport_options={**app.conf.broker_transport_options, "visibility_timeout": 2 * seconds},
+        broker_connection_retry_on_startup=True,
+    )
+
+
+@dataclass
+class WorkerBinding:
+    """The worker side's binding to one app: settings, key names, lifetimes and a blocking store."""
+
+    binding: AppBinding
+
+    @property
+    def settings(self) -> Settings:
+        return self.binding.settings
+
+    @cached_property
+    def store(self) -> SyncStore:
+        # No socket timeout: a job blocks on BLPOP for as long as its input wait lasts.
+        client = redis.Redis.from_url(self.binding.redis_url, socket_timeout=None)
+        return SyncStore(client, self.binding.keys, self.binding.lifetimes, self.binding.backend.meta_key)
+
+
+_BINDINGS: weakref.WeakKeyDictionary[Celery, WorkerBinding] = weakref.WeakKeyDictionary()
+
+
+def worker_binding(app: Celery) -> WorkerBinding:
+    """The app's worker binding, built on first use (reading MCP_CELERY_* then)."""
+    found = _BINDINGS.get(app)
+    if found is None:
+        found = _BINDINGS[app] = WorkerBinding(AppBinding.create(app, Settings()))
+    return found

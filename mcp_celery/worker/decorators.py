@@ -1,0 +1,195 @@
+"""`tool` and `expose`: turning functions and existing Celery tasks into MCP tools.
+
+Worker tier: imports celery, never `mcp`. Each decorator builds a `ToolSpec` (validated at
+import time), registers it on the app, and routes the Celery task's body through
+`mcp_celery.worker.execution.run_job`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+import pydantic
+import pydantic_core
+from celery import Celery, Task
+
+from mcp_celery.errors import ToolDefinitionError
+from mcp_celery.protocol import TaskMode
+from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
+from mcp_celery.worker.context import JobContext, current_context
+from mcp_celery.worker.execution import run_job
+
+__all__ = ["expose", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def tool(app: Celery, fn: F, /) -> F: ...
+@overload
+def tool(
+    app: Celery,
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    task_mode: TaskMode = "optional",
+    terminate_on_cancel: bool = False,
+    ask_first: AskFirst | None = None,
+    **task_options: Any,
+) -> Callable[[F], F]: ...
+def tool(
+    app: Celery,
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    task_mode: TaskMode = "optional",
+    terminate_on_cancel: bool = False,
+    ask_first: AskFirst | None = None,
+    **task_options: Any,
+) -> Any:
+    """Make `fn` a Celery task of `app` and an MCP tool.
+
+    Args:
+        app: the Celery app whose workers run the job.
+        name: MCP tool name (default: the function name).
+        title: human-readable title.
+        description: tool description (default: the docstring).
+        task_mode: "optional" (a task when the client declares the tasks extension, else
+            run synchronously), "required" (-32021 for clients without it) or "forbidden"
+            (always synchronous).
+        terminate_on_cancel: when a cancelled job reaches no checkpoint within the grace
+            period, kill its worker process (`revoke(terminate=True)`).
+        ask_first: questions settled with the client before any job is queued (an MRTR
+            round on `tools/call`): `{key: request}` or a function of the arguments
+            returning one; the job reads the answers from `ctx.first_answers`.
+        **task_options: passed to `app.task` (e.g. `queue`, `time_limit`); `celery_name=` sets the
+            Celery task name (default: `module.function`, as Celery names it).
+
+    A parameter annotated `JobContext` receives the job's context and is not an argument.
+
+    Raises:
+        ToolDefinitionError: the signature cannot become an MCP input schema.
+    """
+
+    def decorate(func: F) -> F:
+        tool_name = name or func.__name__
+        celery_task, model, context_param, output = _job_task(app, func, tool_name, dict(task_options))
+        spec = ToolSpec(
+            name=tool_name,
+            celery_task=celery_task,
+            input_model=model,
+            description=description or inspect.getdoc(func),
+            title=title,
+            task_mode=task_mode,
+            context_param=context_param,
+            output_adapter=output,
+            terminate_on_cancel=terminate_on_cancel,
+            ask_first=ask_first,
+        )
+        _register(app, spec)
+        return celery_task  # type: ignore[return-value,no-any-return]
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def _job_task(
+    app: Celery, func: Callable[..., Any], tool_name: str, task_options: dict[str, Any]
+) -> tuple[Task[Any, Any], type[pydantic.BaseModel], str | None, pydantic.TypeAdapter[Any] | None]:
+    """The Celery task that runs `func` as a job: arguments validated, context injected, result JSON-ready."""
+    if "bind" in task_options:
+        raise ToolDefinitionError(f"tool {tool_name!r}: bind is not supported; declare a JobContext parameter")
+    if "task" in task_options:
+        raise ToolDefinitionError(f"tool {tool_name!r}: the task mode is set with task_mode=, not task=")
+    model, context_param, output = build_input_model(func, tool_name, skip=(), context_type=JobContext)
+
+    def body(**arguments: Any) -> Any:
+        values = model.model_validate(arguments)
+        kwargs = {field: getattr(values, field) for field in type(values).model_fields}
+        if context_param is not None:
+            kwargs[context_param] = current_context()
+        value = func(**kwargs)
+        return output.dump_python(value, mode="json") if output else pydantic_core.to_jsonable_python(value)
+
+    body.__name__, body.__qualname__, body.__module__ = func.__name__, func.__qualname__, func.__module__
+    body.__doc__ = func.__doc__
+    make_task = app.task(name=task_options.pop("celery_name", None), typing=False, **task_options)
+    return make_task(body), model, context_param, output  # type: ignore[no-untyped-call]
+
+
+def expose(
+    celery_task: Task[Any, Any],
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    task_mode: TaskMode = "optional",
+    terminate_on_cancel: bool = False,
+) -> Task[Any, Any]:
+    """Expose an existing Celery task as an MCP tool, its code unchanged.
+
+    Its parameters become the input schema (a bound task's `self` is skipped); progress it
+    reports with `self.update_state(state=..., meta={...})` shows as `statusMessage`.
+    Inside it, `mcp_celery.current_context()` returns the JobContext when called through MCP.
+
+    Raises:
+        ToolDefinitionError: the signature cannot become an MCP input schema.
+    """
+    tool_name = name or celery_task.name.rsplit(".", 1)[-1]
+    run = celery_task.run
+    skip = ("self",) if getattr(celery_task, "bind", False) or _is_bound(run) else ()
+    model, _, output = build_input_model(_unbound(run), tool_name, skip=skip, context_type=None)
+    spec = ToolSpec(
+        name=tool_name,
+        celery_task=celery_task,
+        input_model=model,
+        description=description or inspect.getdoc(run),
+        title=title,
+        task_mode=task_mode,
+        output_adapter=output,
+        terminate_on_cancel=terminate_on_cancel,
+    )
+    _register(celery_task.app, spec)
+    return celery_task
+
+
+def _register(app: Celery, spec: ToolSpec) -> None:
+    tools = registry(app)
+    existing = tools.get(spec.name)
+    if existing is not None and existing.celery_task.name != spec.celery_task.name:
+        raise ToolDefinitionError(
+            f"tool name {spec.name!r} is taken by Celery task {existing.celery_task.name!r}; "
+            "pass name=... to one of them"
+        )
+    tools[spec.name] = spec
+    _wrap_run(spec.celery_task)
+
+
+def _wrap_run(celery_task: Task[Any, Any]) -> None:
+    """Route the task's body through `run_job`; Celery's tracer calls `task.run`."""
+    run = celery_task.run
+    if getattr(run, "_mcp_celery_wrapped", False):
+        return
+
+    @functools.wraps(run)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return run_job(celery_task, run, args, kwargs)
+
+    wrapped._mcp_celery_wrapped = True  # type: ignore[attr-defined]
+    celery_task.run = wrapped  # type: ignore[method-assign]
+
+
+def _is_bound(run: Callable[..., Any]) -> bool:
+    return inspect.ismethod(run)
+
+
+def _unbound(run: Callable[..., Any]) -> Callable[..., Any]:
+    return getattr(run, "__func__", run)

@@ -1,0 +1,57 @@
+"""Running one job: the code around every MCP tool's Celery task body.
+
+Worker tier. Only for jobs started through MCP (those with a task record), `run_job` refuses
+to start a cancelled task, makes the JobContext current, turns a cancellation into Celery's
+REVOKED state, and shortens the record's life to the TTL once the job is over. Jobs started
+the ordinary Celery way run exactly as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore
+
+from mcp_celery.errors import TaskCancelled
+from mcp_celery.worker.config import worker_binding
+from mcp_celery.worker.context import JobContext, activate
+
+__all__ = ["run_job"]
+
+logger = logging.getLogger(__name__)
+
+
+def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run `run(*args, **kwargs)` as the body of `celery_task`'s current request."""
+    worker = worker_binding(celery_task.app)
+    store = worker.store
+    task_id: str | None = celery_task.request.id
+    # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
+    record = store.job_started(task_id) if task_id and not celery_task.request.is_eager else None
+    ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
+    with activate(ctx):
+        try:
+            if record is not None and record.cancel_ms is not None:
+                _mark_cancelled(celery_task, "cancelled before start")
+            return run(*args, **kwargs)
+        except TaskCancelled:
+            if record is None:
+                raise
+            _mark_cancelled(celery_task, "cancelled by client")
+        finally:
+            if record is not None and task_id:
+                store.job_ended(task_id, asked=ctx.asked_for_input)
+
+
+def _mark_cancelled(celery_task: Task[Any, Any], reason: str) -> None:
+    """End the job as REVOKED; Ignore stops Celery from storing anything over it."""
+    celery_task.backend.mark_as_revoked(str(celery_task.request.id), reason=reason, request=celery_task.request)
+    try:
+        # Celery sends no event for Ignore; without this Flower shows the task STARTED for ever.
+        celery_task.send_event("task-revoked", terminated=False, expired=False, reason=reason)
+    except Exception:  # noqa: BLE001
+        logger.warning("could not send the task-revoked event for %s", celery_task.request.id, exc_info=True)
+    raise Ignore(reason)
