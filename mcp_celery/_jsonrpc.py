@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from mcp_celery._processes import stop_group
 from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities, request_body, request_headers
 
-__all__ = ["HttpReply", "RawHttpClient", "RawStdioClient"]
+__all__ = ["HttpReply", "RawHttpClient", "RawStdioClient", "SseStream"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,40 @@ class HttpReply:
             events = [line[5:].strip() for line in self.text.splitlines() if line.startswith("data:")]
             return json.loads(events[-1])
         return json.loads(self.text)
+
+
+class SseStream:
+    """The messages of one SSE response as they arrive; `close()` abandons the stream."""
+
+    def __init__(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse, request_id: int) -> None:
+        self.conn = conn
+        self.response = response
+        self.request_id = request_id
+        self.status_code = response.status
+
+    def next(self, timeout: float = 15.0) -> dict[str, Any] | None:
+        """The next JSON-RPC message, or None once the stream has ended.
+
+        Raises:
+            TimeoutError: nothing arrived within `timeout` seconds.
+        """
+        sock = self.conn.sock
+        if sock is not None:
+            sock.settimeout(timeout)
+        data: list[str] = []
+        while True:
+            line = self.response.readline()
+            if not line:
+                return None
+            text = line.decode().rstrip("\r\n")
+            if text.startswith("data:"):
+                data.append(text[5:].strip())
+            elif not text and data:
+                return dict(json.loads("\n".join(data)))
+
+    def close(self) -> None:
+        self.response.close()
+        self.conn.close()
 
 
 class RawHttpClient:
@@ -90,6 +124,17 @@ class RawHttpClient:
                 self.close()
             return HttpReply(response.status, reply_headers, text)
         raise AssertionError("unreachable")
+
+    def stream(
+        self, method: str, params: Mapping[str, Any] | None = None, *, capabilities: Mapping[str, Any] | None = None
+    ) -> SseStream:
+        """Send one request whose reply is an SSE stream (`subscriptions/listen`) on a connection of its own."""
+        self._id += 1
+        caps = client_capabilities() if capabilities is None else capabilities
+        body = json.dumps(request_body(self._id, method, params, caps, self._client_name)).encode()
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        conn.request("POST", self._path, body=body, headers={**request_headers(method), **self.extra_headers})
+        return SseStream(conn, conn.getresponse(), self._id)
 
     def call(self, method: str, params: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
         """The whole JSON-RPC reply (`result` or `error`)."""
@@ -155,6 +200,8 @@ class RawStdioClient:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True,
         )  # fmt: skip
         self._id = 0
+        #: Messages read while waiting for another reply: notifications and replies not yet claimed.
+        self.inbox: list[dict[str, Any]] = []
 
     def send(self, message: Mapping[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -170,22 +217,42 @@ class RawStdioClient:
         capabilities: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Send one request and return the whole reply; `modern=False` sends no 2026-07-28 envelope."""
+        return self.reply(self.send_request(method, params, modern=modern, capabilities=capabilities))
+
+    def send_request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        modern: bool = True,
+        capabilities: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Send one request without waiting for its reply; returns its id."""
         self._id += 1
         if modern:
             caps = client_capabilities() if capabilities is None else capabilities
             self.send(request_body(self._id, method, params, caps))
         else:
             self.send({"jsonrpc": "2.0", "id": self._id, "method": method, "params": dict(params or {})})
-        return self._read_reply(self._id)
+        return self._id
 
-    def _read_reply(self, request_id: int) -> dict[str, Any]:
-        assert self.proc.stdout is not None
+    def reply(self, request_id: int) -> dict[str, Any]:
+        """Read until the reply to `request_id` (kept messages for others go to the inbox)."""
+        for index, message in enumerate(self.inbox):
+            if message.get("id") == request_id and "method" not in message:
+                return self.inbox.pop(index)
         while True:
-            line = self.proc.stdout.readline()
-            assert line, "the stdio server closed its output"
-            message = json.loads(line)
-            if message.get("id") == request_id:
-                return dict(message)
+            message = self.read_message()
+            if message.get("id") == request_id and "method" not in message:
+                return message
+            self.inbox.append(message)
+
+    def read_message(self) -> dict[str, Any]:
+        """The next message the server writes (blocking)."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, "the stdio server closed its output"
+        return dict(json.loads(line))
 
     def close(self) -> None:
         stop_group(self.proc)

@@ -88,6 +88,21 @@ class Walkthrough(RawHttpClient):
             time.sleep(0.2)
         raise RuntimeError(f"task {task_id} did not reach {until} within 60 s")
 
+    def watch(self, task_id: str) -> dict[str, Any]:
+        """Follow a task through `subscriptions/listen` (no polling) until it ends; returns its last state."""
+        stream = self.stream("subscriptions/listen", {"notifications": {"taskIds": [task_id]}})
+        last: dict[str, Any] = {}
+        try:
+            while (message := stream.next(timeout=60)) is not None and message.get("id") != stream.request_id:
+                if message["method"] == "notifications/tasks":
+                    last = message["params"]
+                    print(f"  {last['status']:<15} {last.get('statusMessage', '')}   (notifications/tasks)")
+        finally:
+            stream.close()
+        if last.get("status") not in TERMINAL_STATUSES:
+            raise RuntimeError(f"the listen stream for {task_id} ended before the task did: {last}")
+        return last
+
     def run(self) -> bool:
         return _walkthrough(self)
 
@@ -97,10 +112,10 @@ def _walkthrough(client: Walkthrough) -> bool:
     tools = [t["name"] for t in client.rpc("tools/list", {})["tools"]]
     print(f"tools/list: {tools}\n")
 
-    print("1. slow_compute as a task: the handle comes back at once, then we poll it")
+    print("1. slow_compute as a task: the handle comes back at once, then the server pushes every change")
     handle = client.rpc("tools/call", {"name": "slow_compute", "arguments": {"seconds": 2, "label": "demo"}})
     print(f"  tools/call -> resultType={handle['resultType']} taskId={handle['taskId'][:12]}...")
-    done = client.poll(handle["taskId"], terminal)
+    done = client.watch(handle["taskId"])
     print(f"  result: {done['result']['content'][0]['text']}\n")
 
     print("2. train asks a question halfway (input_required), we answer with tasks/update")

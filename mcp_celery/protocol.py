@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from mcp_types import (
     HEADER_MISMATCH,
@@ -33,6 +33,7 @@ __all__ = [
     "MODERN_PROTOCOL_VERSION",
     "PROTOCOL_VERSION_META",
     "TASKS_EXTENSION",
+    "TASKS_NOTIFICATION",
     "TASK_MODES",
     "TASK_NOT_FOUND_MESSAGE",
     "TERMINAL_STATUSES",
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+#: The notification that carries a task's state to listeners.
+TASKS_NOTIFICATION: Final = "notifications/tasks"
 MODERN_PROTOCOL_VERSION = "2026-07-28"
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"

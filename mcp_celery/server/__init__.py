@@ -4,8 +4,9 @@
     creation.py   tools/call: arguments, task mode, ask_first, task or synchronous run
     handlers.py   tasks/get, tasks/update, tasks/cancel
     envelope.py   declared capabilities, Mcp-Name, the caller, the shared protocol errors
-    service.py    the state handlers share: binding, async store, result waiter
-    result_waiter.py  the process's one Redis listener
+    listen.py     subscriptions/listen: notifications/tasks pushed to listeners
+    service.py    the state handlers share: binding, async store, event listener
+    events.py     the process's one Redis listener (task channels, coalesced pings)
     http.py       the Streamable HTTP ASGI app
 
 Imports the worker tier's pure neighbours (store, status, tools) but never `mcp_celery.worker`:

@@ -19,7 +19,7 @@ from mcp.server.lowlevel import Server
 from mcp_celery._version import __version__
 from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import TASKS_EXTENSION
-from mcp_celery.server import creation, handlers
+from mcp_celery.server import creation, handlers, listen
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.handlers import TaskIdParams, UpdateTaskParams
 from mcp_celery.server.service import TaskService
@@ -79,7 +79,13 @@ def _add_handlers(server: Server[Any], service: TaskService) -> None:
     async def tasks_cancel(ctx: RequestContext, params: TaskIdParams) -> dict[str, Any]:
         return await handlers.tasks_cancel(service, ctx, params)
 
+    async def subscriptions_listen(
+        ctx: RequestContext, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        return await listen.listen(service, ctx, params)
+
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
     server.add_request_handler("tasks/get", TaskIdParams, tasks_get)
     server.add_request_handler("tasks/update", UpdateTaskParams, tasks_update)
     server.add_request_handler("tasks/cancel", TaskIdParams, tasks_cancel)
+    server.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, subscriptions_listen)

@@ -137,33 +137,31 @@ async def _run_sync(
     service: TaskService, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]
 ) -> types.CallToolResult:
     """Run the job and wait for its result (the request did not declare the tasks extension)."""
-    waiter = service.waiter
-    if waiter is None:
-        raise MCPError(INTERNAL_ERROR, "the server is not running (no lifespan)")
     timeout_s = service.settings.sync_timeout_s
-    channel = bytes(service.binding.backend.meta_key(record.task_id))
-    # Subscribe before queueing: Celery publishes every state it stores on the meta key.
-    ready = await waiter.subscribe(channel)
-    finished = False
-    try:
-        await _enqueue(service, spec, record, arguments)
-        with anyio.move_on_after(timeout_s):
-            if not await waiter.ready_now(channel):
-                await ready.wait()
-            finished = True
-    finally:
-        with anyio.CancelScope(shield=True):
-            await waiter.unsubscribe(channel)
-            if not finished:
-                await service.cancel(record.task_id, spec)
-    if not finished:
+    deadline = anyio.current_time() + timeout_s
+    view = None
+    queued = done = False
+    # Watch before queueing: every state the job stores is published on the task's channel.
+    async with service.events.watch([record.task_id]) as watcher:
+        try:
+            await _enqueue(service, spec, record, arguments)
+            queued = True
+            while not done and anyio.current_time() < deadline:
+                found = await service.read_view(record.task_id)
+                view = None if found is None else found[1]
+                done = view is None or view.terminal
+                if not done:
+                    await watcher.changed(deadline - anyio.current_time())
+        finally:
+            if queued and not done:  # timed out, or the caller went away: the job must not run on unseen
+                with anyio.CancelScope(shield=True):
+                    await service.cancel(record.task_id, spec)
+    if not done:
         return _tool_error(
             spec.name,
             f"no result within {timeout_s:g} s, so the job was cancelled; clients that declare the tasks "
             "extension can run it as a task",
         )
-    found = await service.read_view(record.task_id)
-    view = None if found is None else found[1]
     if view is None or view.status == "cancelled":
         return _tool_error(spec.name, "the job was cancelled")
     if view.status == "failed":

@@ -1,4 +1,4 @@
-"""The state every server handler shares: the app binding, the async store, the result waiter.
+"""The state every server handler shares: the app binding, the async store, the event listener.
 
 Server tier. Every handler reads and writes Redis only; nothing about a task lives in this
 process's memory, so any number of replicas can serve the same tasks and a restart loses
@@ -10,16 +10,18 @@ or not).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskGroup
+from mcp.shared.exceptions import MCPError
 
 from mcp_celery.binding import AppBinding
-from mcp_celery.protocol import now_ms
-from mcp_celery.server.result_waiter import ResultWaiter
+from mcp_celery.protocol import INTERNAL_ERROR, now_ms
+from mcp_celery.server.events import TaskEvents
 from mcp_celery.status import READY_STATES, TaskView, expired, task_view
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
@@ -37,7 +39,7 @@ class TaskService:
         self.binding = binding
         self.settings = binding.settings
         self._store: AsyncStore | None = None
-        self._waiter: ResultWaiter | None = None
+        self._events: TaskEvents | None = None
         self._tg: TaskGroup | None = None
 
     @property
@@ -47,28 +49,35 @@ class TaskService:
     @property
     def store(self) -> AsyncStore:
         if self._store is None:
-            client = aioredis.Redis.from_url(self.binding.redis_url)
+            # Named, so that an operator's CLIENT LIST tells which server process holds which connection.
+            client = aioredis.Redis.from_url(self.binding.redis_url, client_name=f"mcp-celery-server:{os.getpid()}")
             self._store = AsyncStore(client, self.binding.keys, self.binding.lifetimes, self.binding.backend.meta_key)
         return self._store
 
     @property
-    def waiter(self) -> ResultWaiter | None:
-        """The shared result listener; None outside the server's lifespan."""
-        return self._waiter
+    def events(self) -> TaskEvents:
+        """The process's one event listener.
+
+        Raises:
+            MCPError: outside the server's lifespan (a server that was never run).
+        """
+        if self._events is None:
+            raise MCPError(INTERNAL_ERROR, "the server is not running (no lifespan)")
+        return self._events
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The server's lifespan: the result listener and the cancel timers run inside it."""
-        waiter = self._waiter = ResultWaiter(self.store.redis, self.binding.backend.decode)
+        """The server's lifespan: the event listener and the cancel timers run inside it."""
+        events = self._events = TaskEvents(self.store.redis, self.binding.backend.meta_key)
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            tg.start_soon(waiter.run)
+            tg.start_soon(events.run)
             try:
                 yield
             finally:
                 tg.cancel_scope.cancel()
-                self._tg = self._waiter = None
-        await waiter.aclose()
+                self._tg = self._events = None
+        await events.aclose()
         if self._store is not None:
             await self._store.aclose()
             self._store = None

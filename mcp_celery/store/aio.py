@@ -1,5 +1,8 @@
 """The server's shell over the store: asyncio redis-py.
 
+Writes that change what `tasks/get` shows also PUBLISH on the task's event channel (the key of
+its Celery result meta, where Celery publishes every state it stores), in the same round trip.
+
 Round trips: `read` (the whole of `tasks/get`) is one pipeline of two commands, HGETALL on the
 record and GET on Celery's result meta. `create` is one pipeline of three.
 """
@@ -59,16 +62,17 @@ class AsyncStore:
 
     async def answer(self, task_id: str, answers: Mapping[str, str], now_ms: int) -> int:
         """Store answers to outstanding requests and wake the job; returns how many were taken."""
-        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.bell(task_id)]
+        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.bell(task_id), self.meta_key(task_id)]
         return int(await self._answer(keys=keys, args=[now_ms, self.lifetimes.live_s, *_pairs(answers)]))
 
     async def request_cancel(self, task_id: str, now_ms: int) -> None:
-        """Durable cancel flag first (the job checks it), then the bell wakes a waiting job."""
+        """Durable cancel flag first (the job checks it), then the bell wakes a waiting job; listeners hear of it."""
         bell = self.keys.bell(task_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hsetnx(self.keys.task(task_id), FIELD.CANCEL, now_ms)
             pipe.lpush(bell, "cancel")
             pipe.expire(bell, self.lifetimes.live_s)
+            pipe.publish(self.meta_key(task_id), "cancel")
             await pipe.execute()
 
     async def delete(self, task_id: str) -> None:

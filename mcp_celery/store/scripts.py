@@ -9,10 +9,11 @@ from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX
 
 __all__ = ["ANSWER", "FREEZE", "POST_INPUTS"]
 
-# KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list.
+# KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list, KEYS[4] the task's event channel.
 # ARGV[1] now (ms), ARGV[2] expiry of answers and bell (s), then key/answer pairs.
 # Stores each answer whose key is still outstanding (first answer wins), removes the key
-# from the outstanding set and rings the bell once. Returns how many answers were taken.
+# from the outstanding set, rings the bell once and tells listeners. Returns how many answers
+# were taken.
 ANSWER = f"""
 local taken = 0
 for i = 3, #ARGV, 2 do
@@ -26,6 +27,7 @@ if taken > 0 then
   redis.call('LPUSH', KEYS[3], 'answer')
   redis.call('EXPIRE', KEYS[2], ARGV[2])
   redis.call('EXPIRE', KEYS[3], ARGV[2])
+  redis.call('PUBLISH', KEYS[4], 'answer')
 end
 return taken
 """

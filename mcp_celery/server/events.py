@@ -1,0 +1,136 @@
+"""The process's one Redis listener: which watched tasks changed, for listen streams and sync calls.
+
+Server tier. Every state change of a task is PUBLISHed on one channel per task, the key of
+its Celery result meta: Celery's Redis backend publishes each state it stores there (STARTED,
+PROGRESS, INPUT_REQUIRED, SUCCESS, FAILURE, REVOKED), and mcp-celery's own writes that change
+what `tasks/get` shows (answers, cancel) publish a ping on the same channel in the same round
+trip. So a server hears about any task, whichever replica created it and whichever worker runs
+it, on one pub/sub connection per process, subscribed to the channels of the tasks someone on
+this process is watching, and only those.
+
+Pub/sub rather than streams: a message only says "look again", and the state itself is read
+from the record (one round trip, exactly what `tasks/get` returns), so nothing needs replay: a
+watcher subscribes first and then reads, and misses nothing. Streams would add per-task
+history, memory and trimming that nobody reads. Pings are coalesced per watcher (a set of
+changed ids), so a slow consumer costs no memory however fast a job reports progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+__all__ = ["TaskEvents", "Watcher"]
+
+logger = logging.getLogger(__name__)
+
+
+class Watcher:
+    """The ids of watched tasks that changed since the last `changed()`."""
+
+    def __init__(self, task_ids: Iterable[str]) -> None:
+        self.task_ids = frozenset(task_ids)
+        self._dirty: set[str] = set()
+        self._event = anyio.Event()
+
+    def mark(self, task_id: str) -> None:
+        self._dirty.add(task_id)
+        self._event.set()
+
+    async def changed(self, timeout: float | None = None) -> set[str]:
+        """Wait until a watched task changes (or `timeout` seconds pass); returns the changed ids."""
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+        dirty, self._dirty = self._dirty, set()
+        self._event = anyio.Event()
+        return dirty
+
+
+class TaskEvents:
+    """One pub/sub connection for the process; channels are subscribed while someone watches them."""
+
+    def __init__(self, client: aioredis.Redis, channel_of: Callable[[str], Any]) -> None:
+        self._client = client
+        self._channel_of = channel_of
+        self._pubsub = client.pubsub()
+        self._watchers: dict[bytes, dict[Watcher, str]] = {}
+        self._subscribed = anyio.Event()  # set once the listener has a channel to read
+
+    @property
+    def channels(self) -> int:
+        """How many task channels this process listens to now."""
+        return len(self._watchers)
+
+    @asynccontextmanager
+    async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[Watcher]:
+        """Listen for changes of `task_ids` for the duration of the block."""
+        watcher = Watcher(task_ids)
+        new: list[bytes] = []
+        for task_id in watcher.task_ids:
+            channel = bytes(self._channel_of(task_id))
+            if channel not in self._watchers:
+                self._watchers[channel] = {}
+                new.append(channel)
+            self._watchers[channel][watcher] = task_id
+        try:
+            if new:
+                await self._pubsub.subscribe(*new)
+                self._subscribed.set()
+            yield watcher
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._unwatch(watcher)
+
+    async def run(self) -> None:
+        """The listener loop; runs in the server's lifespan task group until cancelled."""
+        while True:
+            await self._subscribed.wait()
+            try:
+                message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            except (RedisError, OSError):
+                logger.warning("task event listener lost its Redis connection; resubscribing", exc_info=True)
+                await anyio.sleep(0.5)
+                await self._resubscribe()
+                continue
+            if message is not None and message.get("type") == "message":
+                for watcher, task_id in list(self._watchers.get(bytes(message["channel"]), {}).items()):
+                    watcher.mark(task_id)
+
+    async def aclose(self) -> None:
+        await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _unwatch(self, watcher: Watcher) -> None:
+        gone: list[bytes] = []
+        for task_id in watcher.task_ids:
+            channel = bytes(self._channel_of(task_id))
+            watchers = self._watchers.get(channel)
+            if watchers is not None:
+                watchers.pop(watcher, None)
+                if not watchers:
+                    del self._watchers[channel]
+                    gone.append(channel)
+        if gone:
+            try:
+                await self._pubsub.unsubscribe(*gone)
+            except (RedisError, OSError):
+                logger.warning("could not unsubscribe from %d task channels", len(gone), exc_info=True)
+
+    async def _resubscribe(self) -> None:
+        """A new connection, every watched channel again, and a look at every watched task (pings were lost)."""
+        try:
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            self._pubsub = self._client.pubsub()
+            if self._watchers:
+                await self._pubsub.subscribe(*self._watchers)
+        except (RedisError, OSError):
+            logger.warning("task event listener could not resubscribe", exc_info=True)
+            return
+        for watchers in list(self._watchers.values()):
+            for watcher, task_id in list(watchers.items()):
+                watcher.mark(task_id)

@@ -1,0 +1,136 @@
+"""`subscriptions/listen` with `notifications.taskIds`: `notifications/tasks` pushed to the client.
+
+Server tier. A listen request's response is the stream: the acknowledgement first (listing
+exactly the task ids that exist and belong to the caller), then for each acknowledged task
+its current state and one `notifications/tasks` per status change or new `statusMessage`,
+each the full `DetailedTask` that `tasks/get` would return at that moment. After a task's
+terminal notification nothing more is sent for it; once every acknowledged task is terminal
+the stream ends with the listen result, unless the client also asked for the core
+list-changed filters, which keep it open until the client goes away (this server's tool list
+never changes, so those never fire). Nothing here lives beyond the stream: a dropped client
+cancels the handler, which unsubscribes its channels.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+from mcp import types
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+
+from mcp_celery.protocol import INVALID_PARAMS, TASKS_NOTIFICATION, now_ms
+from mcp_celery.server import envelope
+from mcp_celery.server.envelope import RequestContext
+from mcp_celery.server.service import TaskService
+from mcp_celery.status import TaskView
+from mcp_celery.store.schema import TaskRecord
+
+__all__ = ["TaskStatusNotification", "listen"]
+
+logger = logging.getLogger(__name__)
+
+#: Most task ids one listen request may name.
+MAX_TASK_IDS = 1000
+
+
+class TaskStatusNotification(types.Notification[dict[str, Any], Literal["notifications/tasks"]]):
+    """`notifications/tasks`: params are a `DetailedTask` plus the subscription id in `_meta`."""
+
+    method: Literal["notifications/tasks"] = TASKS_NOTIFICATION
+    params: dict[str, Any]
+
+
+async def listen(
+    service: TaskService, ctx: RequestContext, params: types.SubscriptionsListenRequestParams
+) -> types.SubscriptionsListenResult:
+    """The `subscriptions/listen` handler: core filters and `taskIds`."""
+    subscription_id = ctx.request_id
+    requested = params.notifications
+    task_ids = _requested_task_ids(ctx, requested)
+    core = _honored_core(requested)
+    meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+    owned = [task_id for task_id in task_ids if await _visible(service, ctx, task_id) is not None]
+    async with service.events.watch(owned) as watcher:
+        # Watching before the first read: a change between the read and the wait is not lost.
+        acknowledged = types.SubscriptionFilter.model_validate({**core, **({"taskIds": owned} if task_ids else {})})
+        await ctx.session.send_notification(
+            types.SubscriptionsAcknowledgedNotification(
+                params=types.SubscriptionsAcknowledgedNotificationParams(notifications=acknowledged, _meta=meta)
+            ),
+            related_request_id=subscription_id,
+        )
+        await _stream(service, ctx, watcher.task_ids, meta, watcher.changed, keep_open=bool(core))
+    return types.SubscriptionsListenResult(_meta=meta)
+
+
+def _requested_task_ids(ctx: RequestContext, requested: types.SubscriptionFilter) -> list[str]:
+    raw = (requested.model_extra or {}).get("taskIds")
+    if raw is None:
+        return []
+    envelope.require_tasks_extension(ctx)
+    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
+        raise MCPError(INVALID_PARAMS, "notifications.taskIds must be a list of task id strings")
+    if len(raw) > MAX_TASK_IDS:
+        raise MCPError(INVALID_PARAMS, f"notifications.taskIds may name at most {MAX_TASK_IDS} tasks")
+    return list(dict.fromkeys(raw))
+
+
+def _honored_core(requested: types.SubscriptionFilter) -> dict[str, Any]:
+    """The core filters the client asked for, echoed in the acknowledgement (camelCase, only the true ones)."""
+    dumped = requested.model_dump(by_alias=True, exclude_none=True, mode="json")
+    dumped.pop("taskIds", None)
+    return {key: value for key, value in dumped.items() if value}
+
+
+async def _visible(service: TaskService, ctx: RequestContext, task_id: str) -> tuple[TaskRecord, TaskView] | None:
+    """The task, when it exists and belongs to the caller; foreign and unknown ids look the same."""
+    found = await service.read_view(task_id)
+    return found if found is not None and found[0].owner == envelope.principal(ctx) else None
+
+
+async def _stream(
+    service: TaskService,
+    ctx: RequestContext,
+    task_ids: frozenset[str],
+    meta: dict[str, Any],
+    changed: Any,
+    *,
+    keep_open: bool,
+) -> None:
+    """Send each task's state now and at every change, until every one is terminal."""
+    sent: dict[str, tuple[Any, ...]] = {}
+    pending = set(task_ids)
+    dirty = set(task_ids)
+    while pending or keep_open:
+        wake_ms: int | None = None
+        for task_id in sorted(dirty & pending):
+            found = await service.read_view(task_id)
+            if found is None:  # expired while watched: nothing more will ever be sent for it
+                pending.discard(task_id)
+                continue
+            record, view = found
+            signature = (view.status, view.status_message, tuple(sorted(view.input_requests or {})))
+            if sent.get(task_id) != signature:
+                sent[task_id] = signature
+                task = view.detailed_task(record, now_ms())
+                await ctx.session.send_notification(
+                    TaskStatusNotification(params={**task, "_meta": meta}),  # type: ignore[arg-type]
+                    related_request_id=ctx.request_id,
+                )
+            if view.terminal:
+                pending.discard(task_id)
+            elif record.cancel_ms is not None:
+                # A job that ignores a cancel turns `cancelled` when the grace runs out: no event says so.
+                deadline = record.cancel_ms + int(service.settings.cancel_grace_s * 1000) + 1
+                wake_ms = deadline if wake_ms is None else min(wake_ms, deadline)
+        if not pending and not keep_open:
+            return
+        timeout = None if wake_ms is None else max(wake_ms - now_ms(), 0) / 1000
+        dirty = await changed(timeout)
+        if wake_ms is not None and now_ms() >= wake_ms:
+            dirty |= pending
+        await anyio.lowlevel.checkpoint()

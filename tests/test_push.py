@@ -1,0 +1,252 @@
+"""Push: `notifications/tasks` over `subscriptions/listen` (checklist items 6, 31), across replicas.
+
+Two server processes (A: the session's, B: this module's) and two prefork workers (the session's
+`main` and this module's `second`) share one Redis. Tasks are created on A and watched on B, so
+every notification B sends travelled through Redis from whichever worker ran the job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from mcp_celery._jsonrpc import SseStream
+from mcp_celery.protocol import TERMINAL_STATUSES
+from tests.support import HttpClient, Process, StdioClient, caps, start_http_server, start_worker, wait_for
+
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+
+@pytest.fixture(scope="module")
+def second_worker(env: dict[str, str], worker: Process, logs: Path) -> Iterator[Process]:
+    proc = start_worker(env, logs / "second-worker.log", name=f"second-{os.getpid()}")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def replica_b(env: dict[str, str], second_worker: Process, logs: Path) -> Iterator[tuple[str, Process]]:
+    url, server = start_http_server(env, logs / "http-server-b.log")
+    yield url, server
+    server.stop()
+
+
+@pytest.fixture
+def b(replica_b: tuple[str, Process]) -> Iterator[HttpClient]:
+    c = HttpClient(replica_b[0])
+    yield c
+    c.close()
+
+
+def listen(client: HttpClient, task_ids: list[str], **filters: Any) -> tuple[SseStream, dict[str, Any]]:
+    """Open a listen stream for `task_ids` and return it with its acknowledgement."""
+    stream = client.stream("subscriptions/listen", {"notifications": {"taskIds": task_ids, **filters}})
+    assert stream.status_code == 200
+    ack = stream.next()
+    assert ack is not None and ack["method"] == "notifications/subscriptions/acknowledged", ack
+    assert ack["params"]["_meta"][SUBSCRIPTION_ID] == stream.request_id
+    return stream, ack
+
+
+def notifications_until_end(stream: SseStream, timeout: float = 20) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every `notifications/tasks` params until the listen result, and that result."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        message = stream.next(max(deadline - time.monotonic(), 0.1))
+        assert message is not None, "the stream ended without the listen result"
+        if message.get("id") == stream.request_id:
+            return seen, message
+        assert message["method"] == "notifications/tasks", message  # never progress or log notifications
+        seen.append(message["params"])
+
+
+def check_notifications(seen: list[dict[str, Any]], subscription_id: int) -> None:
+    """Every notification is a DetailedTask stamped with the subscription; each one says something new."""
+    for task in seen:
+        assert task["_meta"][SUBSCRIPTION_ID] == subscription_id
+        assert "resultType" not in task
+    keys = [(t["taskId"], t["status"], t.get("statusMessage"), tuple(sorted(t.get("inputRequests", {})))) for t in seen]
+    assert all(a != b for a, b in zip(keys, keys[1:], strict=False)), keys
+    for task_id in {t["taskId"] for t in seen}:
+        mine = [t for t in seen if t["taskId"] == task_id]
+        terminal = [i for i, t in enumerate(mine) if t["status"] in TERMINAL_STATUSES]
+        assert terminal == [len(mine) - 1], mine  # exactly one terminal, and nothing after it
+
+
+def without_clock(task: dict[str, Any]) -> dict[str, Any]:
+    """A task without the fields that move with the clock (ttlMs grows while a task lives) or the envelope."""
+    return {k: v for k, v in task.items() if k not in {"ttlMs", "_meta", "resultType"}}
+
+
+def test_a_listener_on_another_replica_gets_every_change_from_current_state_to_terminal(
+    client: HttpClient, b: HttpClient
+) -> None:
+    task_id = client.start("checkpoint_loop", {"seconds": 0.4})  # created on A
+    stream, ack = listen(b, [task_id, f"unknown-{uuid.uuid4()}"])  # watched on B
+    assert ack["params"]["notifications"]["taskIds"] == [task_id]  # unknown ids are left out
+    seen, end = notifications_until_end(stream)
+    stream.close()
+    assert end["result"]["_meta"][SUBSCRIPTION_ID] == stream.request_id
+    check_notifications(seen, stream.request_id)
+    assert seen[0]["status"] in {"working", "completed"}  # the current state comes first
+    messages = [t.get("statusMessage") for t in seen]
+    assert any(m and m.startswith("step ") for m in messages), messages  # progress as statusMessage
+    final = seen[-1]
+    assert final["status"] == "completed" and final["result"]["content"][0]["text"].startswith("finished")
+    assert without_clock(final) == without_clock(client.get(task_id))  # exactly what tasks/get returns
+
+
+def test_input_required_is_pushed_with_its_requests_and_the_answer_resumes_the_job(
+    client: HttpClient, b: HttpClient
+) -> None:
+    task_id = client.start("ask_one", elicitation={})
+    stream, _ = listen(b, [task_id])
+    seen: list[dict[str, Any]] = []
+    while not seen or seen[-1]["status"] != "input_required":
+        message = stream.next()
+        assert message is not None and message["method"] == "notifications/tasks", message
+        seen.append(message["params"])
+    asked = seen[-1]
+    assert without_clock(asked) == without_clock(client.get(task_id))  # inputRequests as tasks/get has them
+    (key,) = asked["inputRequests"]
+    client.result(
+        "tasks/update", {"taskId": task_id, "inputResponses": {key: {"action": "accept", "content": {"confirm": True}}}}
+    )
+    rest, _ = notifications_until_end(stream)
+    stream.close()
+    check_notifications(seen + rest, stream.request_id)
+    assert rest[-1]["status"] == "completed" and rest[-1]["result"]["content"][0]["text"] == "published"
+    assert all("inputRequests" not in t for t in rest)
+
+
+def test_a_cancel_on_one_replica_reaches_a_listener_on_the_other_at_once(client: HttpClient, b: HttpClient) -> None:
+    task_id = client.start("checkpoint_loop", {"seconds": 30})
+    client.wait(task_id, {"working"})
+    stream, _ = listen(b, [task_id])
+    first = stream.next()
+    assert first is not None and first["params"]["status"] == "working"
+    client.result("tasks/cancel", {"taskId": task_id})
+    cancelled_at = time.monotonic()
+    rest, _ = notifications_until_end(stream, timeout=10)
+    stream.close()
+    assert rest[-1]["status"] == "cancelled"
+    assert time.monotonic() - cancelled_at < 2.0  # the job stops at its next 50 ms checkpoint
+
+
+def test_a_job_that_ignores_a_cancel_is_pushed_cancelled_when_the_grace_runs_out(
+    client: HttpClient, b: HttpClient
+) -> None:
+    task_id = client.start("stubborn", {"seconds": 4, "marker": f"m-{uuid.uuid4()}"})
+    wait_for(lambda: client.get(task_id).get("statusMessage") == "running", 15, what="the job to start")
+    stream, _ = listen(b, [task_id])
+    client.result("tasks/cancel", {"taskId": task_id})
+    seen, _ = notifications_until_end(stream, timeout=10)  # no state is stored when the grace ends
+    stream.close()
+    assert seen[-1]["status"] == "cancelled" and "grace" in seen[-1]["statusMessage"]
+
+
+def test_task_ids_need_the_extension_and_the_core_filters_keep_working_beside_them(
+    client: HttpClient, b: HttpClient
+) -> None:
+    task_id = client.start("echo", {"text": "x"})
+    refused = b.post("subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, capabilities={})
+    assert refused.json()["error"]["code"] == -32021  # item 6
+    assert refused.json()["error"]["data"]["requiredCapabilities"]["extensions"]
+
+    stream, ack = listen(b, [task_id], toolsListChanged=True)
+    assert ack["params"]["notifications"] == {"taskIds": [task_id], "toolsListChanged": True}
+    while (message := stream.next()) is not None and message["params"]["status"] not in TERMINAL_STATUSES:
+        pass
+    assert message is not None and message["params"]["status"] == "completed"
+    with pytest.raises(TimeoutError):  # the tools-list subscription keeps the stream open
+        stream.next(timeout=1.0)
+    stream.close()
+
+    core_only = b.stream("subscriptions/listen", {"notifications": {"toolsListChanged": True}}, capabilities={})
+    first = core_only.next()
+    assert first is not None and first["params"]["notifications"] == {"toolsListChanged": True}
+    core_only.close()
+
+
+def test_listen_over_stdio_pushes_notifications_while_other_requests_are_served(stdio: StdioClient) -> None:
+    created = stdio.request("tools/call", {"name": "checkpoint_loop", "arguments": {"seconds": 0.4}})["result"]
+    task_id = created["taskId"]
+    listen_id = stdio.send_request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}})
+    # The stream is open while other requests on the same connection are answered.
+    assert stdio.request("tasks/get", {"taskId": task_id})["result"]["taskId"] == task_id
+    end = stdio.reply(listen_id)
+    assert end["result"]["_meta"][SUBSCRIPTION_ID] == listen_id
+    pushed = [
+        m for m in stdio.inbox if m.get("method") in {"notifications/tasks", "notifications/subscriptions/acknowledged"}
+    ]
+    assert pushed[0]["method"] == "notifications/subscriptions/acknowledged"
+    assert pushed[0]["params"]["notifications"]["taskIds"] == [task_id]
+    tasks = [m["params"] for m in pushed[1:]]
+    check_notifications(tasks, listen_id)
+    assert tasks[-1]["status"] == "completed"
+    assert not [m for m in stdio.inbox if m.get("method") in {"notifications/progress", "notifications/message"}]
+    refused = stdio.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, capabilities=caps(False))
+    assert refused["error"]["code"] == -32021
+
+
+def server_connections(store: redis.Redis, pid: int) -> list[dict[str, Any]]:
+    return [c for c in store.client_list() if c.get("name") == f"mcp-celery-server:{pid}"]
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_abandoned_listen_streams_release_their_subscriptions_connections_and_memory(
+    replica_b: tuple[str, Process], store_redis: redis.Redis
+) -> None:
+    """Two rounds of 200 listen streams, each abandoned by its client without a word.
+
+    After each round the server's pub/sub connection holds no subscription. The first round
+    lets the connection pool and the allocator reach their working size; after the second,
+    the server holds no more Redis connections and open files than after the first, and its
+    memory has not grown: nothing is kept per abandoned stream.
+    """
+    url, server = replica_b
+    b = HttpClient(url)
+    task_id = b.start("queued_elsewhere", {"marker": f"m-{uuid.uuid4()}"})  # queued for ever: streams stay open
+
+    def round_of(count: int) -> tuple[int, int, int]:
+        streams = []
+        for _ in range(count):
+            stream, _ = listen(b, [task_id])
+            streams.append(stream)
+        assert [int(c["sub"]) for c in server_connections(store_redis, server.pid)].count(1) == 1
+        for stream in streams:
+            stream.close()  # abandoned: the client goes away without a word
+        wait_for(
+            lambda: all(int(c["sub"]) == 0 for c in server_connections(store_redis, server.pid)),
+            30,
+            0.1,
+            "the server to drop the abandoned subscriptions",
+        )
+        return len(server_connections(store_redis, server.pid)), open_fds(server.pid), rss_kib(server.pid)
+
+    connections, fds, rss = round_of(200)
+    wait_for(lambda: open_fds(server.pid) <= fds, 30, 0.1, "the first round's sockets to close")
+    connections_after, fds_after, rss_after = round_of(200)
+    assert connections_after <= connections, (connections, connections_after)
+    wait_for(lambda: open_fds(server.pid) <= fds, 30, 0.1, "the server to close the abandoned sockets")
+    assert rss_after - rss < 5_000, (rss, rss_after)  # KiB
+    b.result("tasks/cancel", {"taskId": task_id})
+    b.close()
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
