@@ -27,6 +27,8 @@ __all__ = ["JobContext", "current_context"]
 logger = logging.getLogger(__name__)
 
 INPUT_REQUIRED_STATE = "INPUT_REQUIRED"
+#: At most one progress event per task this often: jobs may call status() in a tight loop.
+PROGRESS_EVENT_INTERVAL_S = 0.5
 
 _current: ContextVar[JobContext | None] = ContextVar("mcp_celery_job_context", default=None)
 
@@ -53,6 +55,8 @@ class JobContext:
         self.task_id: str = str(task.request.id)
         self.capabilities: dict[str, Any] = json.loads(self._fields.get("caps") or "{}")
         self.first_answers: dict[str, dict[str, Any]] = json.loads(self._fields.get("first") or "{}")
+        self._unsent_progress: str | None = None
+        self._next_progress_event = 0.0
 
     @property
     def attached(self) -> bool:
@@ -70,6 +74,7 @@ class JobContext:
         Raises:
             TaskCancelled: the client cancelled the task.
         """
+        self._send_unsent_progress()
         if self.cancelled:
             raise TaskCancelled(self.task_id)
 
@@ -80,7 +85,23 @@ class JobContext:
             TaskCancelled: the client cancelled the task.
         """
         self._task.update_state(state="PROGRESS", meta={"message": message})
+        self._unsent_progress = message
         self.check_cancelled()
+
+    def _send_unsent_progress(self) -> None:
+        """Show the latest status in Flower, at most once per PROGRESS_EVENT_INTERVAL_S.
+
+        `update_state` sends no event, and Flower knows only events. A `task-progress` event makes
+        Flower's state PROGRESS (as in the result backend) with the message in `result`, the one
+        free-form field Flower shows and searches. A message held back is sent by the next
+        checkpoint after the interval; none is sent once the job has ended, where it would only
+        overwrite the real result. (No timer thread: the event producer is not thread-safe.)
+        """
+        if self._unsent_progress is None or time.monotonic() < self._next_progress_event:
+            return
+        self._send_event("task-progress", result=self._unsent_progress)
+        self._unsent_progress = None
+        self._next_progress_event = time.monotonic() + PROGRESS_EVENT_INTERVAL_S
 
     def sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the client cancels.
@@ -179,7 +200,8 @@ class JobContext:
     def _wait_for_answers(self, keys: list[str], timeout: float | None) -> dict[str, str]:
         store = self._rt.sync_store
         self._task.update_state(state=INPUT_REQUIRED_STATE, meta={"message": "waiting for input", "keys": keys})
-        self._send_event("task-input_required", keys=keys)
+        self._unsent_progress = None  # older than the question
+        self._send_event("task-input_required", keys=keys, result="waiting for input")
         deadline = time.monotonic() + (self._rt.settings.input_timeout_s if timeout is None else timeout)
         while True:
             # One blocking call per wake-up: the bell rings on every answer and on cancel.
@@ -198,7 +220,9 @@ class JobContext:
                     raise TaskCancelled(self.task_id)
                 break
         self._task.update_state(state="STARTED", meta={"message": "running"})
-        self._send_event("task-started")
+        # Celery's event state ranks custom states (INPUT_REQUIRED) above STARTED and would take a
+        # plain task-started for a late, out-of-order event: the explicit state field overrides it.
+        self._send_event("task-started", state="STARTED", result="running")
         return answers
 
     def _send_event(self, event: str, **fields: Any) -> None:

@@ -219,7 +219,14 @@ class TaskServer:
         task_id = record.task_id
         await self.store.create(record, self.rt.pending_meta(task_id), self.rt.ttl_s, self.rt.keep_s)
         try:
-            await anyio.to_thread.run_sync(lambda: spec.celery_task.apply_async(kwargs=arguments, task_id=task_id))
+            # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
+            await anyio.to_thread.run_sync(
+                lambda: spec.celery_task.apply_async(
+                    kwargs=arguments,
+                    task_id=task_id,
+                    argsrepr=spec.argsrepr,  # type: ignore[call-arg]
+                )
+            )
         except Exception as exc:
             logger.exception("could not queue job for tool %r", spec.name)
             await self.store.delete(task_id)
