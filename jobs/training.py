@@ -41,7 +41,15 @@ from threadpoolctl import threadpool_limits
 import mcp_celery
 from jobs import app
 
-__all__ = ["EpochMetrics", "TrainingResult", "artifact_dir", "checkpoint_path", "train_model"]
+__all__ = [
+    "EpochMetrics",
+    "TrainingResult",
+    "artifact_dir",
+    "checkpoint_path",
+    "make_dataset",
+    "model_path",
+    "train_model",
+]
 
 SAVE_QUESTION = {
     "type": "object",
@@ -130,7 +138,7 @@ def _load_checkpoint(path: Path, fingerprint: str) -> TrainingState | None:
     return state
 
 
-def _make_dataset(samples: int, features: int, seed: int) -> Dataset:
+def make_dataset(samples: int, features: int, seed: int) -> Dataset:
     x, y = make_classification(
         n_samples=samples,
         n_features=features,
@@ -197,7 +205,7 @@ def train_model(
         # several pool processes fighting over two cores made epochs up to 10x slower.
         with threadpool_limits(limits=1):
             ctx.status(f"generating {samples:,} examples")
-            data = _make_dataset(samples, features, seed)
+            data = make_dataset(samples, features, seed)
             state = _load_checkpoint(checkpoint, fingerprint) or TrainingState(
                 fingerprint, MLPClassifier(hidden_layer_sizes=(hidden_units,), batch_size=256, random_state=seed)
             )

@@ -21,7 +21,7 @@ import pytest
 import redis
 from celery import Celery
 
-from jobs.training import _make_dataset
+from jobs.training import make_dataset
 from tests.conftest import SERVER_ENV
 from tests.support import HttpClient, Process, start_http_server, start_worker, wait_for
 
@@ -142,7 +142,7 @@ def test_training_reports_each_epoch_asks_to_save_and_returns_metrics_and_the_be
     path = Path(result["artifact_path"])
     assert path.is_file() and artifacts in path.parents
     # The artifact is the best epoch's model: it scores exactly the reported accuracy on the same data.
-    data = _make_dataset(arguments["samples"], 40, 0)
+    data = make_dataset(arguments["samples"], 40, 0)
     assert round(joblib.load(path).score(data.x_val, data.y_val), 5) == result["best_val_accuracy"]
     assert not list((artifacts / "train_model" / "checkpoints").glob("*.joblib"))  # cleaned up
 
