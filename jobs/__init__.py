@@ -21,3 +21,5 @@ app = Celery(
 mcp_celery.configure_app(app)
 
 __all__ = ["app"]
+
+import jobs.training  # noqa: E402, F401  (registers train_model on `app`)

@@ -73,6 +73,17 @@ class ToolSpec:
         """The `CallToolResult` for a job's return value (already JSON-ready)."""
         return call_tool_result(value, structured=self.structured)
 
+    @property
+    def argsrepr(self) -> str:
+        """What Celery's monitors (Flower, `celery inspect`) show as the job's positional arguments.
+
+        MCP jobs get keyword arguments only, so this slot names the tool instead, and Flower finds a
+        tool's jobs with `search=args:"[mcp tool NAME]"` whatever the Celery task is called. Not
+        `shadow=`: Celery's task-sent event carries the real name and, when it reaches Flower after
+        task-received (the producer sends it after publishing), it replaces the shadow name.
+        """
+        return f"[mcp tool {self.name}]"
+
     def to_wire(self) -> dict[str, Any]:
         tool: dict[str, Any] = {"name": self.name, "inputSchema": self.input_schema}
         if self.title:

@@ -194,3 +194,14 @@ def delete_files(ctx: mcp_celery.JobContext, bucket: str, count: int) -> str:
     if answer["action"] == "accept" and answer["content"]["confirm"]:
         return f"deleted {count} files from {bucket}"
     return "kept everything"
+
+
+@mcp_celery.tool(app, task_mode="required")
+def ask_then_work(ctx: mcp_celery.JobContext, seconds: float = 30) -> str:
+    """Asks first, then works with a checkpoint every 50 ms (shows what follows an answer)."""
+    ctx.elicit("Go ahead?", CONFIRM)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ctx.check_cancelled()
+        time.sleep(0.05)
+    return "worked"

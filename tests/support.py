@@ -43,9 +43,17 @@ class Process(_processes.Process):
         super().__init__(args, env, log, cwd=ROOT)
 
 
-def start_worker(env: Mapping[str, str], log: Path, *, queues: str = "celery", name: str = "main") -> Process:
+def start_worker(
+    env: Mapping[str, str],
+    log: Path,
+    *,
+    queues: str = "celery",
+    name: str = "main",
+    app: str = "tests.sample_jobs",
+    concurrency: int = 4,
+) -> Process:
     args = [
-        sys.executable, "-m", "celery", "-A", "tests.sample_jobs", "worker", "-P", "prefork", "-c", "4",
+        sys.executable, "-m", "celery", "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
         "-Q", queues, "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "INFO",
     ]  # fmt: skip
     worker = Process(args, env, log)
@@ -53,10 +61,12 @@ def start_worker(env: Mapping[str, str], log: Path, *, queues: str = "celery", n
     return worker
 
 
-def start_http_server(env: Mapping[str, str], log: Path, *extra: str) -> tuple[str, Process]:
-    """`mcp-celery serve --http` for the sample jobs on a free port, once it answers; returns (url, process)."""
+def start_http_server(
+    env: Mapping[str, str], log: Path, *extra: str, app: str = "tests.sample_jobs"
+) -> tuple[str, Process]:
+    """`mcp-celery serve --http` for `app` (the sample jobs) on a free port, once it answers; returns (url, process)."""
     port = free_port()
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--port", str(port)]
+    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", app, "--http", "--port", str(port)]
     server = Process([*args, *extra], env, log)
     url = f"http://127.0.0.1:{port}/mcp"
 

@@ -126,7 +126,14 @@ async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arg
     task_id = record.task_id
     await service.store.create(record, service.binding.backend.pending_meta(task_id))
     try:
-        await anyio.to_thread.run_sync(lambda: spec.celery_task.apply_async(kwargs=arguments, task_id=task_id))
+        # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
+        await anyio.to_thread.run_sync(
+            lambda: spec.celery_task.apply_async(
+                kwargs=arguments,
+                task_id=task_id,
+                argsrepr=spec.argsrepr,  # type: ignore[call-arg]
+            )
+        )
     except Exception as exc:
         logger.exception("could not queue job for tool %r", spec.name)
         await service.store.delete(task_id)

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 #: The custom Celery state of a job waiting for answers (Flower shows it).
 INPUT_REQUIRED_STATE = "INPUT_REQUIRED"
+#: At most one progress event per task this often: jobs may call status() in a tight loop.
+PROGRESS_EVENT_INTERVAL_S = 0.5
 
 _current: ContextVar[JobContext | None] = ContextVar("mcp_celery_job_context", default=None)
 
@@ -70,6 +72,8 @@ class JobContext:
         self._input_timeout_s = input_timeout_s
         self._round = 0
         self._asked = False
+        self._unsent_progress: str | None = None
+        self._next_progress_event = 0.0
         self.task_id: str = str(task.request.id)
 
     @property
@@ -103,6 +107,7 @@ class JobContext:
         Raises:
             TaskCancelled: the client cancelled the task.
         """
+        self._send_unsent_progress()
         if self.cancelled:
             raise TaskCancelled(self.task_id)
 
@@ -113,7 +118,23 @@ class JobContext:
             TaskCancelled: the client cancelled the task.
         """
         self._task.update_state(state="PROGRESS", meta={"message": message})
+        self._unsent_progress = message
         self.check_cancelled()
+
+    def _send_unsent_progress(self) -> None:
+        """Show the latest status in Flower, at most once per PROGRESS_EVENT_INTERVAL_S.
+
+        `update_state` sends no event, and Flower knows only events. A `task-progress` event makes
+        Flower's state PROGRESS (as in the result backend) with the message in `result`, the one
+        free-form field Flower shows and searches. A message held back is sent by the next
+        checkpoint after the interval; none is sent once the job has ended, where it would only
+        overwrite the real result. (No timer thread: the event producer is not thread-safe.)
+        """
+        if self._unsent_progress is None or time.monotonic() < self._next_progress_event:
+            return
+        self._send_event("task-progress", result=self._unsent_progress)
+        self._unsent_progress = None
+        self._next_progress_event = time.monotonic() + PROGRESS_EVENT_INTERVAL_S
 
     def sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the client cancels.
@@ -204,7 +225,8 @@ class JobContext:
 
     def _wait_for_answers(self, keys: list[str], timeout: float | None) -> dict[str, str]:
         self._task.update_state(state=INPUT_REQUIRED_STATE, meta={"message": "waiting for input", "keys": keys})
-        self._send_event("task-input_required", keys=keys)
+        self._unsent_progress = None  # older than the question
+        self._send_event("task-input_required", keys=keys, result="waiting for input")
         outcome = self._store.wait_for_answers(
             self.task_id, keys, self._input_timeout_s if timeout is None else timeout
         )
@@ -213,7 +235,9 @@ class JobContext:
         if outcome.missing:
             raise InputTimeout(f"no answer to {list(outcome.missing)} within the timeout")
         self._task.update_state(state="STARTED", meta={"message": "running"})
-        self._send_event("task-started")
+        # Celery's event state ranks custom states (INPUT_REQUIRED) above STARTED and would take a
+        # plain task-started for a late, out-of-order event: the explicit state field overrides it.
+        self._send_event("task-started", state="STARTED", result="running")
         return outcome.answers
 
     def _send_event(self, event: str, **fields: Any) -> None:

@@ -50,8 +50,10 @@ def _mark_cancelled(celery_task: Task[Any, Any], reason: str) -> None:
     """End the job as REVOKED; Ignore stops Celery from storing anything over it."""
     celery_task.backend.mark_as_revoked(str(celery_task.request.id), reason=reason, request=celery_task.request)
     try:
-        # Celery sends no event for Ignore; without this Flower shows the task STARTED for ever.
-        celery_task.send_event("task-revoked", terminated=False, expired=False, reason=reason)
+        # Celery sends no event for Ignore; without this Flower shows the task STARTED for ever. The
+        # explicit state: Celery's event state ranks custom states (PROGRESS, INPUT_REQUIRED) above
+        # REVOKED, so without it a job cancelled in one of them would keep showing that state.
+        celery_task.send_event("task-revoked", terminated=False, expired=False, reason=reason, state="REVOKED")
     except Exception:  # noqa: BLE001
         logger.warning("could not send the task-revoked event for %s", celery_task.request.id, exc_info=True)
     raise Ignore(reason)

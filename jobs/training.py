@@ -1,0 +1,236 @@
+"""The `train_model` tool: a real scikit-learn model, trained epoch by epoch, that survives a worker loss.
+
+The data is generated (`make_classification`, seeded, so nothing is downloaded and every execution of a
+task sees the same data); a multi-layer perceptron learns it one epoch per `partial_fit`. After every
+epoch the job writes a checkpoint (model, optimizer state, best model so far, history) keyed by the MCP
+task id, and reports `epoch 7/20, val accuracy 0.953` as the task's `statusMessage`, which is also a
+cancel checkpoint. Training stops early after `patience` epochs without an improvement of at least
+`min_delta`. At the end the job asks the user whether to save the best model.
+
+Delivery: `acks_late` with `reject_on_worker_lost`, so a job whose pool process dies (OOM killer,
+SIGKILL) is put back on the queue and run again with the same task id; that execution loads the last
+checkpoint and carries on at the next epoch. A lost whole worker is redelivered after the broker's
+visibility timeout (see the README). Answers already given are replayed by mcp-celery, so a re-run does
+not ask twice.
+
+Needs the `jobs` extra: `pip install -e '.[jobs]'` (scikit-learn).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import joblib
+import numpy as np
+from pydantic import BaseModel, Field
+from sklearn.datasets import make_classification
+from sklearn.model_selection import train_test_split
+from sklearn.neural_network import MLPClassifier
+from threadpoolctl import threadpool_limits
+
+import mcp_celery
+from jobs import app
+
+__all__ = [
+    "EpochMetrics",
+    "TrainingResult",
+    "artifact_dir",
+    "checkpoint_path",
+    "make_dataset",
+    "model_path",
+    "train_model",
+]
+
+SAVE_QUESTION = {
+    "type": "object",
+    "properties": {"save": {"type": "boolean", "title": "Save the model", "default": True}},
+    "required": ["save"],
+}
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+class EpochMetrics(BaseModel):
+    epoch: int
+    val_accuracy: float
+    train_loss: float
+    seconds: float = Field(description="wall time of the epoch")
+    finished_at: str = Field(description="when the epoch ended, ISO 8601 UTC")
+
+
+class TrainingResult(BaseModel):
+    epochs_run: int
+    best_epoch: int
+    best_val_accuracy: float
+    stopped_early: bool
+    resumed_from_epoch: int = Field(description="the checkpoint this execution started from; 0 = from scratch")
+    history: list[EpochMetrics]
+    saved: bool
+    artifact_path: str | None = Field(description="the saved model (joblib), if the user chose to save it")
+
+
+@dataclass
+class TrainingState:
+    """Everything a checkpoint holds: enough to continue as if the job had never stopped."""
+
+    fingerprint: str
+    model: MLPClassifier
+    epoch: int = 0
+    best_epoch: int = 0
+    best_val_accuracy: float = -1.0
+    best_model: MLPClassifier | None = None
+    history: list[EpochMetrics] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    classes: np.ndarray
+
+
+def artifact_dir() -> Path:
+    """`JOBS_ARTIFACT_DIR`, or a fixed folder under the system temp dir (fixed, so a re-run finds it)."""
+    configured = os.environ.get("JOBS_ARTIFACT_DIR")
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / "mcp-celery-jobs"
+
+
+def _file_key(task_id: str) -> str:
+    # MCP task ids are URL-safe already; anything else is hashed rather than trusted as a file name.
+    return task_id if _SAFE_ID.fullmatch(task_id) else hashlib.sha256(task_id.encode()).hexdigest()
+
+
+def checkpoint_path(task_id: str) -> Path:
+    return artifact_dir() / "train_model" / "checkpoints" / f"{_file_key(task_id)}.joblib"
+
+
+def model_path(task_id: str) -> Path:
+    return artifact_dir() / "train_model" / "models" / f"{_file_key(task_id)}.joblib"
+
+
+def _write_atomically(value: Any, path: Path) -> None:
+    """A kill during the write leaves the previous file intact: write aside, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    joblib.dump(value, partial)
+    os.replace(partial, path)
+
+
+def _load_checkpoint(path: Path, fingerprint: str) -> TrainingState | None:
+    """The checkpoint of an earlier execution of this task, if it trained the same thing."""
+    try:
+        state = joblib.load(path)
+    except FileNotFoundError:
+        return None
+    if not isinstance(state, TrainingState) or state.fingerprint != fingerprint:
+        return None
+    return state
+
+
+def make_dataset(samples: int, features: int, seed: int) -> Dataset:
+    x, y = make_classification(
+        n_samples=samples,
+        n_features=features,
+        n_informative=max(features // 2, 2),
+        n_classes=4,
+        n_clusters_per_class=2,
+        flip_y=0.02,
+        random_state=seed,
+    )
+    x_train, x_val, y_train, y_val = train_test_split(x.astype(np.float32), y, test_size=0.2, random_state=seed)
+    return Dataset(x_train, y_train, x_val, y_val, np.unique(y))
+
+
+def _train_one_epoch(state: TrainingState, data: Dataset, min_delta: float) -> EpochMetrics:
+    started = time.perf_counter()
+    state.model.partial_fit(data.x_train, data.y_train, classes=data.classes)
+    accuracy = float(state.model.score(data.x_val, data.y_val))
+    state.epoch += 1
+    if accuracy > state.best_val_accuracy + min_delta or state.best_model is None:
+        state.best_epoch, state.best_val_accuracy = state.epoch, accuracy
+        state.best_model = copy.deepcopy(state.model)
+    metrics = EpochMetrics(
+        epoch=state.epoch,
+        val_accuracy=round(accuracy, 5),
+        train_loss=round(float(state.model.loss_), 5),
+        seconds=round(time.perf_counter() - started, 3),
+        finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+    )
+    state.history.append(metrics)
+    return metrics
+
+
+def _ask_to_save(ctx: mcp_celery.JobContext, state: TrainingState, stopped_early: bool) -> bool:
+    how = f"stopped early after {state.epoch} epochs" if stopped_early else f"{state.epoch} epochs"
+    message = f"Training done ({how}): best val accuracy {state.best_val_accuracy:.3f} at epoch {state.best_epoch}. "
+    try:
+        answer = ctx.elicit(message + "Save the model?", SAVE_QUESTION)
+    except mcp_celery.InputNotSupported:
+        return False  # nobody to ask (e.g. `train_model.delay()` outside MCP): keep nothing
+    return answer.action == "accept" and bool((answer.content or {}).get("save"))
+
+
+@mcp_celery.tool(app, task_mode="required", acks_late=True, reject_on_worker_lost=True)
+def train_model(
+    ctx: mcp_celery.JobContext,
+    epochs: Annotated[int, Field(ge=1, le=500)] = 20,
+    patience: Annotated[int, Field(ge=1, description="epochs without improvement before stopping")] = 3,
+    min_delta: Annotated[float, Field(ge=0, description="smallest val accuracy gain that counts")] = 0.001,
+    samples: Annotated[int, Field(ge=1_000, le=5_000_000, description="generated examples")] = 400_000,
+    features: Annotated[int, Field(ge=4, le=500)] = 40,
+    hidden_units: Annotated[int, Field(ge=1, le=4096)] = 128,
+    seed: int = 0,
+) -> TrainingResult:
+    """Train a neural network classifier on generated data, epoch by epoch, then offer to save it.
+
+    Reports validation accuracy after every epoch, stops early when it stops improving, can be
+    cancelled between epochs, and resumes from its last checkpoint if its worker dies.
+    """
+    arguments = [epochs, patience, min_delta, samples, features, hidden_units, seed]
+    fingerprint = hashlib.sha256(json.dumps(arguments).encode()).hexdigest()
+    checkpoint = checkpoint_path(ctx.task_id)
+    try:
+        # One job, one core: parallelism comes from the worker's processes, and BLAS threads of
+        # several pool processes fighting over two cores made epochs up to 10x slower.
+        with threadpool_limits(limits=1):
+            ctx.status(f"generating {samples:,} examples")
+            data = make_dataset(samples, features, seed)
+            state = _load_checkpoint(checkpoint, fingerprint) or TrainingState(
+                fingerprint, MLPClassifier(hidden_layer_sizes=(hidden_units,), batch_size=256, random_state=seed)
+            )
+            resumed_from = state.epoch
+            if resumed_from:
+                ctx.status(f"resuming at epoch {resumed_from + 1}/{epochs} from a checkpoint")
+            while state.epoch < epochs and state.epoch - state.best_epoch < patience:
+                ctx.check_cancelled()
+                metrics = _train_one_epoch(state, data, min_delta)
+                _write_atomically(state, checkpoint)
+                ctx.status(f"epoch {metrics.epoch}/{epochs}, val accuracy {metrics.val_accuracy:.3f}")
+        stopped_early = state.epoch < epochs
+        saved_to = model_path(ctx.task_id) if _ask_to_save(ctx, state, stopped_early) else None
+        if saved_to is not None:
+            _write_atomically(state.best_model, saved_to)
+        return TrainingResult(
+            epochs_run=state.epoch,
+            best_epoch=state.best_epoch,
+            best_val_accuracy=round(state.best_val_accuracy, 5),
+            stopped_early=stopped_early,
+            resumed_from_epoch=resumed_from,
+            history=state.history,
+            saved=saved_to is not None,
+            artifact_path=str(saved_to) if saved_to else None,
+        )
+    finally:
+        # Reached on every ending but a lost process, the one case the checkpoint is kept for.
+        checkpoint.unlink(missing_ok=True)
