@@ -23,3 +23,6 @@ mcp_celery.configure_app(app)
 __all__ = ["app"]
 
 import jobs.training  # noqa: E402, F401  (registers train_model on `app`)
+from mcp_celery.demo_jobs import register as _register_demo_tools  # noqa: E402
+
+_register_demo_tools(app)  # slow_compute, train, count_words

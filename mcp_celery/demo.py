@@ -1,7 +1,8 @@
 """`mcp-celery demo`: Redis (a private one if none answers), a worker and the HTTP server, then a walkthrough.
 
-Tier 4. Run from a clone of the repository (it serves `jobs/demo.py`). Everything it starts
-is stopped by pid when it ends. The walkthrough speaks raw JSON-RPC, to show the wire.
+Tier 4. Serves the demo jobs that ship in the package (`mcp_celery/demo_jobs.py`), so it runs
+from a plain install. Everything it starts is stopped by pid when it ends. The walkthrough
+speaks raw JSON-RPC, to show the wire.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities
 __all__ = ["run_demo"]
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379"
+DEMO_APP = "mcp_celery.demo_jobs"
 
 
 def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
@@ -35,22 +37,22 @@ def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
             env.update(CELERY_BROKER_URL=f"{base}/0", CELERY_RESULT_BACKEND=f"{base}/1")
         print(f"broker {env['CELERY_BROKER_URL']}, results {env['CELERY_RESULT_BACKEND']}")
         worker = Process(
-            [sys.executable, "-m", "celery", "-A", "jobs.demo", "worker", "-P", "prefork", "-c", "3", "-n",
+            [sys.executable, "-m", "celery", "-A", DEMO_APP, "worker", "-P", "prefork", "-c", "3", "-n",
              f"demo-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "INFO"],
             env, workdir / "worker.log",
         )  # fmt: skip
         started.append(worker)
         worker.wait_ready(lambda: "ready." in worker.output(), 60, "the Celery worker")
-        print(f"worker ready (celery -A jobs.demo worker), log: {worker.log}")
+        print(f"worker ready (celery -A {DEMO_APP} worker), log: {worker.log}")
         url = f"http://127.0.0.1:{port}/mcp"
         server = Process(
-            [sys.executable, "-m", "mcp_celery", "serve", "-A", "jobs.demo", "--http", "--port", str(port)],
+            [sys.executable, "-m", "mcp_celery", "serve", "-A", DEMO_APP, "--http", "--port", str(port)],
             env,
             workdir / "server.log",
         )
         started.append(server)
         server.wait_ready(lambda: _http_up(url), 60, "the MCP server")
-        print(f"MCP server ready (mcp-celery serve -A jobs.demo --http --port {port}): {url}\n")
+        print(f"MCP server ready (mcp-celery serve -A {DEMO_APP} --http --port {port}): {url}\n")
         client = Walkthrough(url)
         try:
             ok = client.run()

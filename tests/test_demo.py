@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support import ROOT, free_port
 
@@ -20,3 +21,34 @@ def test_the_demo_starts_an_embedded_redis_and_walks_through_every_feature() -> 
     assert "started an embedded one" in out.stdout
     for line in ("result: demo done after 2 s", "'published': True", "cancelled by client", "result: 6 words"):
         assert line in out.stdout, out.stdout
+
+
+def test_the_demo_runs_from_a_plain_install_outside_the_checkout(tmp_path: Path) -> None:
+    """A wheel of the package, installed into a fresh virtualenv, runs the demo from another folder."""
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    venv = tmp_path / "venv"
+    # The dependencies come from this interpreter's site-packages; the package itself from the wheel.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    wheel = next(wheels.glob("mcp_celery-*.whl"))
+    subprocess.run([python, "-m", "pip", "install", "--no-deps", "--quiet", str(wheel)], check=True, timeout=300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "PYTHONPATH"))}
+    where = subprocess.run(
+        [python, "-c", "import mcp_celery; print(mcp_celery.__file__)"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert where.stdout.startswith(str(venv)), where.stdout  # not the checkout
+    base = os.environ["MCP_CELERY_TEST_REDIS"]
+    env.update(CELERY_BROKER_URL=f"{base}/8", CELERY_RESULT_BACKEND=f"{base}/9")
+    out = subprocess.run(
+        [venv / "bin" / "mcp-celery", "demo", "--port", str(free_port())],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "result: demo done after 2 s" in out.stdout and "(notifications/tasks)" in out.stdout, out.stdout
