@@ -9,6 +9,7 @@ on its own, timer or not).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
@@ -29,7 +30,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_celery import limits
 from mcp_celery._version import __version__
+from mcp_celery.auth import request_principal
 from mcp_celery.inputs import invalid_answer_reason, missing_capability
 from mcp_celery.mapping import TaskView, expired, task_view
 from mcp_celery.protocol import (
@@ -93,10 +96,12 @@ class TaskServer:
             # arguments, to find the schema it checks Mcp-Param headers against.
             get_tool_input_schema=self._input_schema,
         )
-        server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_tool)
-        server.add_request_handler("tasks/get", TaskIdParams, self.tasks_get)
-        server.add_request_handler("tasks/update", UpdateTaskParams, self.tasks_update)
-        server.add_request_handler("tasks/cancel", TaskIdParams, self.tasks_cancel)
+        # safe_errors: an unexpected exception reaches the client as a bare -32603, never its text.
+        guard = functools.partial(limits.safe_errors, self.settings)
+        server.add_request_handler("tools/call", types.CallToolRequestParams, guard(self.call_tool))
+        server.add_request_handler("tasks/get", TaskIdParams, guard(self.tasks_get))
+        server.add_request_handler("tasks/update", UpdateTaskParams, guard(self.tasks_update))
+        server.add_request_handler("tasks/cancel", TaskIdParams, guard(self.tasks_cancel))
         server.extensions[TASKS_EXTENSION] = {}
         self.server = server
 
@@ -137,6 +142,9 @@ class TaskServer:
         return types.ListToolsResult(tools=[types.Tool.model_validate(spec.to_wire()) for spec in self.tools.values()])
 
     async def call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
+        limits.check_arguments(self.settings, params.arguments)
+        if params.input_responses:
+            limits.check_input_responses(self.settings, _dump_responses(params.input_responses))
         spec = self.tools.get(params.name)
         if spec is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
@@ -158,6 +166,10 @@ class TaskServer:
                 if isinstance(outcome, types.InputRequiredResult):
                     return outcome
                 first_answers = outcome
+        # Checked before any record exists: over the quota, nothing is written or queued.
+        await limits.enforce_quota(
+            self.store, principal(ctx), self.settings.max_live_tasks_per_principal, self.rt.decode_meta
+        )
         if declared and spec.mode != "forbidden":
             return await self._create_task(ctx, spec, arguments, first_answers)
         return await self._run_sync(ctx, spec, arguments, first_answers)
@@ -203,7 +215,7 @@ class TaskServer:
 
     def _new_record(self, ctx: Ctx, spec: ToolSpec, first_answers: dict[str, Any], *, sync: bool) -> TaskRecord:
         return TaskRecord(
-            task_id=secrets.token_urlsafe(24),
+            task_id=secrets.token_urlsafe(24),  # 192 random bits (the spec asks for at least 122)
             tool=spec.name,
             created_ms=now_ms(),
             ttl_ms=self.rt.ttl_ms,
@@ -217,13 +229,15 @@ class TaskServer:
     async def _enqueue(self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]) -> None:
         """Record first, then queue: a `tasks/get` right after the handle is returned must succeed."""
         task_id = record.task_id
-        await self.store.create(record, self.rt.pending_meta(task_id), self.rt.ttl_s, self.rt.keep_s)
+        indexed = self.settings.max_live_tasks_per_principal is not None
+        await self.store.create(record, self.rt.pending_meta(task_id), self.rt.ttl_s, self.rt.keep_s, index=indexed)
         try:
             await anyio.to_thread.run_sync(lambda: spec.celery_task.apply_async(kwargs=arguments, task_id=task_id))
         except Exception as exc:
             logger.exception("could not queue job for tool %r", spec.name)
             await self.store.delete(task_id)
-            raise MCPError(INTERNAL_ERROR, f"could not queue the job: {exc}") from exc
+            # The broker's error can name its URL, password included: only debug mode shows it, redacted.
+            raise MCPError(INTERNAL_ERROR, f"could not queue the job: {limits.describe(exc, self.settings)}") from exc
 
     async def _run_sync(
         self, ctx: Ctx, spec: ToolSpec, arguments: dict[str, Any], first_answers: dict[str, Any]
@@ -267,6 +281,7 @@ class TaskServer:
         return {"resultType": "complete", **view.detailed_task(record, now_ms())}
 
     async def tasks_update(self, ctx: Ctx, params: UpdateTaskParams) -> dict[str, Any]:
+        limits.check_input_responses(self.settings, params.input_responses)
         record, view = await self._lookup(ctx, params.task_id)
         if view.status != "input_required":
             return {}
@@ -317,7 +332,8 @@ class TaskServer:
         if headers is not None and headers.get("mcp-name") is not None:
             if decode_header_value(headers.get("mcp-name")) != task_id:
                 raise MCPError(HEADER_MISMATCH, "Mcp-Name header does not match params.taskId")
-        found = await self._read_view(task_id)
+        # An id longer than any we issue is not looked up: it gets the unknown-task answer.
+        found = await self._read_view(task_id) if limits.task_id_acceptable(self.settings, task_id) else None
         if found is None or found[0].owner != principal(ctx):
             # Unknown, expired and foreign tasks get the same answer: existence does not leak.
             raise MCPError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
@@ -374,8 +390,9 @@ def client_capabilities(ctx: Ctx) -> dict[str, Any]:
 
 
 def principal(ctx: Ctx) -> str:
-    """Who owns tasks created by this request. Authentication is not wired yet: everyone is anonymous."""
-    return ""
+    """Who owns tasks created by this request: the verified token's principal over HTTP ("" with no
+    authentication configured), the local user over stdio (which has no HTTP request)."""
+    return request_principal(over_http=ctx.request is not None)
 
 
 def _questions(spec: ToolSpec, arguments: dict[str, Any]) -> Mapping[str, Mapping[str, Any]] | None:
