@@ -116,9 +116,10 @@ def start_http_server(env: Mapping[str, str], log: Path, *extra: str) -> tuple[s
 class HttpClient:
     """Raw JSON-RPC over Streamable HTTP, 2026-07-28 framing, one request per POST."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url
-        self.http = httpx.Client(timeout=30)
+        # token: sent as `Authorization: Bearer TOKEN` on every request.
+        self.http = httpx.Client(timeout=30, headers={"Authorization": f"Bearer {token}"} if token else None)
         self._id = 0
 
     def post(
