@@ -15,7 +15,7 @@ from celery import Celery
 from mcp.server.stdio import stdio_server
 from starlette.applications import Starlette
 
-from mcp_celery import auth
+from mcp_celery import auth, limits
 from mcp_celery.demo import run_demo
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.server import create_server
@@ -74,7 +74,8 @@ def serve(
 
     async def run_stdio() -> None:
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            answering = limits.AnswerUnreadable(read, write)  # -32700/-32600 for unreadable lines
+            await server.run(answering, write, server.create_initialization_options())
 
     anyio.run(run_stdio)
 

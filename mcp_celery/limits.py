@@ -14,7 +14,12 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import anyio
+import mcp_types as types
+import pydantic
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types import INVALID_REQUEST, PARSE_ERROR
 
 from mcp_celery.protocol import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_celery.record import TaskRecord
@@ -24,6 +29,7 @@ from mcp_celery.store import AsyncStore
 from mcp_celery.waiter import READY_STATES
 
 __all__ = [
+    "AnswerUnreadable",
     "QUOTA_EXCEEDED",
     "check_arguments",
     "check_input_responses",
@@ -173,3 +179,56 @@ def safe_errors(settings: Settings, handler: Callable[[Any, Any], Awaitable[R]])
             raise MCPError(INTERNAL_ERROR, describe(exc, settings)) from exc
 
     return guarded
+
+
+# ---------------------------------------------------------------- stdio: unreadable lines
+
+
+class AnswerUnreadable:
+    """The stdio read stream, answering each line it cannot read instead of dropping it silently.
+
+    The SDK's stdio transport hands an unreadable line to the server as an exception, which
+    it only logs; JSON-RPC asks for an error reply with a null id: -32700 for text that is not
+    JSON, -32600 for JSON that is not a JSON-RPC message. HTTP already answers both.
+    """
+
+    def __init__(self, read: Any, write: Any) -> None:
+        self._read = read
+        self._write = write
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._read, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._read.receive()
+            if not isinstance(item, Exception):
+                return item
+            not_json = isinstance(item, pydantic.ValidationError) and any(
+                e.get("type") == "json_invalid" for e in item.errors()
+            )
+            code, message = (PARSE_ERROR, "Parse error") if not_json else (INVALID_REQUEST, "Invalid Request")
+            error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=message))
+            await self._write.send(SessionMessage(error))
+
+    def __aiter__(self) -> AnswerUnreadable:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        self._read.close()
+
+    async def aclose(self) -> None:
+        await self._read.aclose()
+
+    async def __aenter__(self) -> AnswerUnreadable:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

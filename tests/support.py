@@ -189,8 +189,11 @@ class StdioClient:
         self._id = 0
 
     def send(self, message: Mapping[str, Any]) -> None:
+        self.send_raw(json.dumps(message))
+
+    def send_raw(self, line: str) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.write((line + "\n").encode())
         self.proc.stdin.flush()
 
     def request(self, method: str, params: Mapping[str, Any] | None = None, *, modern: bool = True,

@@ -245,6 +245,16 @@ def test_malformed_json_gets_a_parse_error_and_the_server_keeps_serving(
     assert clients["alice"].result("tools/list")["tools"]
 
 
+def test_unreadable_stdio_lines_get_an_error_reply_and_the_server_keeps_serving(stdio: StdioClient) -> None:
+    assert stdio.proc.stdout is not None
+    unreadable = [("{", -32700), ("not json", -32700), ('{"jsonrpc": "2.0", "id": 7}', -32600), ("[1]", -32600)]
+    for line, code in unreadable:
+        stdio.send_raw(line)
+        reply = json.loads(stdio.proc.stdout.readline())
+        assert reply == {"jsonrpc": "2.0", "id": None, "error": reply["error"]} and reply["error"]["code"] == code, line
+    assert stdio.request("tools/list")["result"]["tools"]
+
+
 def test_tool_arguments_too_deep_or_too_large_are_refused_before_queueing(
     clients: dict[str, HttpClient], store_redis: redis.Redis
 ) -> None:
