@@ -172,8 +172,8 @@ def safe_errors(settings: Settings, handler: Callable[[Any, Any], Awaitable[R]])
     async def guarded(ctx: Any, params: Any) -> R:
         try:
             return await handler(ctx, params)
-        except MCPError:
-            raise
+        except (MCPError, pydantic.ValidationError):
+            raise  # the SDK maps these itself (a ValidationError to -32602 without pydantic's text)
         except Exception as exc:
             logger.exception("%s failed", getattr(ctx, "method", "request"))
             raise MCPError(INTERNAL_ERROR, describe(exc, settings)) from exc

@@ -280,3 +280,20 @@ def test_redact_hides_url_passwords_only() -> None:
     exc = ConnectionError("cannot reach postgresql://app:topsecret@db/app")
     assert "topsecret" not in limits.describe(exc, settings) and "db/app" not in limits.describe(exc, settings)
     assert limits.describe(exc, settings_debug) == "ConnectionError: cannot reach postgresql://app:***@db/app"
+
+
+def test_safe_errors_turns_an_unexpected_exception_into_a_bare_internal_error() -> None:
+    async def leaky(ctx: Any, params: Any) -> None:
+        raise ConnectionError("cannot reach amqp://jobs:topsecret@mq:5672//")
+
+    async def refusing(ctx: Any, params: Any) -> None:
+        raise MCPError(-32602, "Failed to retrieve task: Task not found")
+
+    for settings, shown in [(Settings(), "internal error"), (Settings(debug=True), "amqp://jobs:***@mq:5672//")]:
+        with pytest.raises(MCPError) as caught:
+            run(limits.safe_errors(settings, leaky), None, None)
+        assert caught.value.error.code == -32603 and shown in caught.value.error.message
+        assert "topsecret" not in caught.value.error.message
+    with pytest.raises(MCPError) as passed:  # the handler's own JSON-RPC errors pass unchanged
+        run(limits.safe_errors(Settings(), refusing), None, None)
+    assert passed.value.error.code == -32602
