@@ -362,6 +362,12 @@ def http_app_options(settings: Settings, host: str, port: int) -> dict[str, Any]
     """Keyword arguments for `Server.streamable_http_app`: authentication, Host/Origin checks, body limit."""
     resource_url = public_url(settings, host, port)
     verifier = build_verifier(settings, resource_url)
+    if host not in LOOPBACK and not settings.allowed_hosts:
+        logger.warning(
+            "serving %s, but only requests addressed to localhost pass the Host check (421 otherwise); "
+            "set MCP_CELERY_ALLOWED_HOSTS to the name clients use",
+            host,
+        )
     options: dict[str, Any] = {
         "host": host,
         "transport_security": transport_security(settings),

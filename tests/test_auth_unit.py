@@ -297,3 +297,15 @@ def test_safe_errors_turns_an_unexpected_exception_into_a_bare_internal_error() 
     with pytest.raises(MCPError) as passed:  # the handler's own JSON-RPC errors pass unchanged
         run(limits.safe_errors(Settings(), refusing), None, None)
     assert passed.value.error.code == -32602
+
+
+def test_serving_a_public_address_without_allowed_hosts_warns_how_to_fix_it(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="mcp_celery.auth"):
+        options = auth.http_app_options(Settings(), "0.0.0.0", 8000)
+    assert "MCP_CELERY_ALLOWED_HOSTS" in caplog.text
+    assert "token_verifier" not in options and options["transport_security"].enable_dns_rebinding_protection
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mcp_celery.auth"):
+        auth.http_app_options(Settings(allowed_hosts="jobs.example.com"), "0.0.0.0", 8000)
+        auth.http_app_options(Settings(), "127.0.0.1", 8000)
+    assert caplog.text == ""
