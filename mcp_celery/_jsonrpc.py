@@ -204,8 +204,12 @@ class RawStdioClient:
         self.inbox: list[dict[str, Any]] = []
 
     def send(self, message: Mapping[str, Any]) -> None:
+        self.send_raw(json.dumps(message))
+
+    def send_raw(self, line: str) -> None:
+        """Write one line as it is (for malformed or hand-built messages)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.write((line + "\n").encode())
         self.proc.stdin.flush()
 
     def request(

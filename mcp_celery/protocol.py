@@ -49,6 +49,7 @@ __all__ = [
     "now_ms",
     "request_body",
     "request_headers",
+    "request_meta",
     "tool_error_result",
 ]
 
@@ -187,12 +188,17 @@ def request_body(
     client_name: str = "mcp-celery",
 ) -> dict[str, Any]:
     """A 2026-07-28 JSON-RPC request: the stateless `_meta` envelope travels in every request's params."""
-    meta = {
+    meta = request_meta(capabilities, client_name)
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+def request_meta(capabilities: Mapping[str, Any], client_name: str = "mcp-celery") -> dict[str, Any]:
+    """The `_meta` envelope of a 2026-07-28 request: protocol version, client capabilities and info."""
+    return {
         PROTOCOL_VERSION_META: MODERN_PROTOCOL_VERSION,
         CLIENT_CAPABILITIES_META: dict(capabilities),
         CLIENT_INFO_META: {"name": client_name, "version": "0"},
     }
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": meta}}
 
 
 def request_headers(method: str, name: str | None = None) -> dict[str, str]:

@@ -20,6 +20,12 @@ class Settings(BaseSettings):
         description="Redis for task records. Default: the Celery app's result backend, which must be Redis, "
         "so that a task record and its Celery result are read in one round trip.",
     )
+    redis_max_connections: int = Field(
+        default=32,
+        ge=2,
+        description="Most Redis connections one server process opens (its event listener holds one); "
+        "requests beyond that wait for a free one.",
+    )
     key_prefix: str = Field(default="mcp-celery", description="Prefix of every Redis key mcp-celery writes.")
     poll_interval_ms: int = Field(default=1000, gt=0, description="pollIntervalMs suggested to clients.")
     cancel_grace_s: float = Field(
@@ -41,3 +47,38 @@ class Settings(BaseSettings):
         default=3600.0, gt=0, description="Default time a job waits for an answer to an input request."
     )
     debug: bool = Field(default=False, description="Include tracebacks in tool error results.")
+
+    # ------------------------------------------------------------ security (see mcp_celery/auth.py, limits.py)
+    auth_tokens: str | None = Field(
+        default=None,
+        description="File of static bearer tokens, one `PRINCIPAL sha256:HEXDIGEST` line each (`#` comments).",
+    )
+    jwt_jwks: str | None = Field(
+        default=None, description="JWKS of the token issuer (an https:// URL or a local file); enables JWT tokens."
+    )
+    jwt_issuer: str | None = Field(default=None, description="Required `iss` of JWT bearer tokens.")
+    jwt_audience: str | None = Field(
+        default=None, description="Required `aud` of JWT bearer tokens. Default: the public URL of the server."
+    )
+    jwt_principal_claim: str = Field(default="sub", description="JWT claim naming the principal that owns tasks.")
+    public_url: str | None = Field(
+        default=None,
+        description="The server's URL as clients reach it (resource id in RFC 9728 metadata). "
+        "Default: http://HOST:PORT/mcp.",
+    )
+    allowed_hosts: str | None = Field(
+        default=None,
+        description="Comma-separated host names (optionally host:port) accepted in Host and Origin headers, "
+        "besides localhost; `*` turns the check off (e.g. behind a proxy that checks them).",
+    )
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest HTTP body (else HTTP 413).")
+    max_json_depth: int = Field(default=32, gt=0, description="Deepest nesting of tool arguments and answers.")
+    max_argument_bytes: int = Field(default=1024 * 1024, gt=0, description="Largest tool arguments, as JSON.")
+    max_input_response_bytes: int = Field(
+        default=256 * 1024, gt=0, description="Largest inputResponses of one request, as JSON."
+    )
+    max_input_response_keys: int = Field(default=64, gt=0, description="Most inputResponses keys in one request.")
+    max_task_id_length: int = Field(default=128, gt=0, description="Longest taskId looked up in Redis.")
+    max_live_tasks_per_principal: int | None = Field(
+        default=None, gt=0, description="Most unfinished tasks one principal may have (unset: no limit)."
+    )

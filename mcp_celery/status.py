@@ -32,6 +32,7 @@ from mcp_celery.protocol import (
     call_tool_result,
     detailed_task,
 )
+from mcp_celery.redact import redact
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["CELERY_TO_MCP_STATUS", "READY_STATES", "TaskView", "expired", "reported_ttl_ms", "task_view"]
@@ -192,18 +193,19 @@ def _failure(meta: dict[str, Any], done_ms: int, tool: str, debug: bool) -> Task
         return TaskView("failed", done_ms, message, error={"code": INTERNAL_ERROR, "message": message})
     text = f"{TOOL_ERROR_PREFIX} {tool}: {exc_type}: {_exception_text(exc)}".rstrip(": ")
     if debug and meta.get("traceback"):
-        text += "\n" + str(meta["traceback"])
+        text += "\n" + redact(str(meta["traceback"]))
     result = {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": True}
     return TaskView("completed", done_ms, result=result)
 
 
 def _exception_text(exc: Any) -> str:
+    # A job's exception can quote a connection URL with its password: never pass that on.
     if not isinstance(exc, dict):
-        return "" if exc is None else str(exc)
+        return "" if exc is None else redact(str(exc))
     args = exc.get("exc_message")
     if isinstance(args, list | tuple):
-        return ", ".join(str(a) for a in args)
-    return "" if args is None else str(args)
+        return redact(", ".join(str(a) for a in args))
+    return "" if args is None else redact(str(args))
 
 
 def _progress_message(state: str, meta: dict[str, Any] | None) -> str:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from mcp_celery import _processes
 from mcp_celery._jsonrpc import RawHttpClient, RawStdioClient
 from mcp_celery._processes import free_port, wait_for
-from mcp_celery.protocol import TASKS_EXTENSION, TERMINAL_STATUSES, client_capabilities
+from mcp_celery.protocol import TASKS_EXTENSION, TERMINAL_STATUSES, client_capabilities, request_meta
 
 __all__ = [
     "EXT",
@@ -24,6 +25,7 @@ __all__ = [
     "Process",
     "StdioClient",
     "caps",
+    "modern_meta",
     "free_port",
     "start_http_server",
     "start_worker",
@@ -34,6 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 EXT = TASKS_EXTENSION
 TERMINAL = set(TERMINAL_STATUSES)
 caps = client_capabilities
+
+
+def modern_meta(capabilities: Mapping[str, Any]) -> dict[str, Any]:
+    """The `_meta` envelope of a 2026-07-28 request from the test suite (for hand-built messages)."""
+    return request_meta(capabilities, "mcp-celery-tests")
 
 
 class Process(_processes.Process):
@@ -86,8 +93,10 @@ def start_http_server(
 class HttpClient(RawHttpClient):
     """Raw JSON-RPC over Streamable HTTP, 2026-07-28 framing, one request per POST."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         super().__init__(url, client_name="mcp-celery-tests")
+        if token:  # sent as `Authorization: Bearer TOKEN` on every request
+            self.extra_headers["Authorization"] = f"Bearer {token}"
 
 
 class StdioClient(RawStdioClient):

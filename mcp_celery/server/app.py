@@ -7,6 +7,7 @@ they share in `service`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,7 +20,7 @@ from mcp.server.lowlevel import Server
 from mcp_celery._version import __version__
 from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import TASKS_EXTENSION
-from mcp_celery.server import creation, handlers, listen
+from mcp_celery.server import creation, handlers, limits, listen
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.handlers import TaskIdParams, UpdateTaskParams
 from mcp_celery.server.service import TaskService
@@ -67,6 +68,9 @@ def create_server(app: Celery, settings: Settings | None = None, *, name: str | 
 
 
 def _add_handlers(server: Server[Any], service: TaskService) -> None:
+    # safe_errors: an unexpected exception reaches the client as a bare -32603, never its text.
+    guard = functools.partial(limits.safe_errors, service.settings)
+
     async def call_tool(ctx: RequestContext, params: types.CallToolRequestParams) -> Any:
         return await creation.call_tool(service, ctx, params)
 
@@ -84,8 +88,10 @@ def _add_handlers(server: Server[Any], service: TaskService) -> None:
     ) -> types.SubscriptionsListenResult:
         return await listen.listen(service, ctx, params)
 
-    server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
-    server.add_request_handler("tasks/get", TaskIdParams, tasks_get)
-    server.add_request_handler("tasks/update", UpdateTaskParams, tasks_update)
-    server.add_request_handler("tasks/cancel", TaskIdParams, tasks_cancel)
-    server.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, subscriptions_listen)
+    server.add_request_handler("tools/call", types.CallToolRequestParams, guard(call_tool))
+    server.add_request_handler("tasks/get", TaskIdParams, guard(tasks_get))
+    server.add_request_handler("tasks/update", UpdateTaskParams, guard(tasks_update))
+    server.add_request_handler("tasks/cancel", TaskIdParams, guard(tasks_cancel))
+    server.add_request_handler(
+        "subscriptions/listen", types.SubscriptionsListenRequestParams, guard(subscriptions_listen)
+    )

@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_celery.inputs import invalid_answer_reason, missing_capability
 from mcp_celery.protocol import INTERNAL_ERROR, INVALID_PARAMS, create_task_result, now_ms, tool_error_result
-from mcp_celery.server import envelope
+from mcp_celery.server import envelope, limits
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.service import TaskService
 from mcp_celery.store.schema import TaskRecord
@@ -32,12 +32,15 @@ logger = logging.getLogger(__name__)
 
 
 def new_task_id() -> str:
-    """192 random bits, URL-safe: a task id can be neither guessed nor enumerated."""
+    """192 random bits, URL-safe (the spec asks for at least 122): a task id can be neither guessed nor enumerated."""
     return secrets.token_urlsafe(24)
 
 
 async def call_tool(service: TaskService, ctx: RequestContext, params: types.CallToolRequestParams) -> Any:
     """The `tools/call` handler."""
+    limits.check_arguments(service.settings, params.arguments)
+    if params.input_responses:
+        limits.check_input_responses(service.settings, _dump_responses(params.input_responses))
     spec = service.tools.get(params.name)
     if spec is None:
         raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
@@ -56,6 +59,13 @@ async def call_tool(service: TaskService, ctx: RequestContext, params: types.Cal
         if isinstance(outcome, types.InputRequiredResult):
             return outcome
         first_answers = outcome
+    # Checked before any record exists: over the quota, nothing is written or queued.
+    await limits.enforce_quota(
+        service.store,
+        envelope.principal(ctx),
+        service.settings.max_live_tasks_per_principal,
+        service.binding.backend.decode,
+    )
     record = _new_record(service, ctx, spec, first_answers, sync=not declared or spec.task_mode == "forbidden")
     if record.sync:
         return await _run_sync(service, spec, record, arguments)
@@ -124,7 +134,8 @@ def _new_record(
 async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]) -> None:
     """Record first, then queue: a `tasks/get` right after the handle is returned must succeed."""
     task_id = record.task_id
-    await service.store.create(record, service.binding.backend.pending_meta(task_id))
+    indexed = service.settings.max_live_tasks_per_principal is not None
+    await service.store.create(record, service.binding.backend.pending_meta(task_id), index=indexed)
     try:
         # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
         await anyio.to_thread.run_sync(
@@ -137,7 +148,8 @@ async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arg
     except Exception as exc:
         logger.exception("could not queue job for tool %r", spec.name)
         await service.store.delete(task_id)
-        raise MCPError(INTERNAL_ERROR, f"could not queue the job: {exc}") from exc
+        # The broker's error can name its URL, password included: only debug mode shows it, redacted.
+        raise MCPError(INTERNAL_ERROR, f"could not queue the job: {limits.describe(exc, service.settings)}") from exc
 
 
 async def _run_sync(

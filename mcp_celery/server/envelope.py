@@ -26,6 +26,7 @@ from mcp_celery.protocol import (
     TASKS_EXTENSION,
     missing_capability_data,
 )
+from mcp_celery.server.auth import request_principal
 
 __all__ = [
     "RequestContext",
@@ -76,8 +77,9 @@ def check_task_name(ctx: RequestContext, task_id: str) -> None:
 
 
 def principal(ctx: RequestContext) -> str:
-    """Who owns tasks created by this request. Authentication is not wired yet: everyone is anonymous."""
-    return ""
+    """Who owns tasks created by this request: the verified token's principal over HTTP ("" with no
+    authentication configured), the local user over stdio (which has no HTTP request)."""
+    return request_principal(over_http=ctx.request is not None)
 
 
 def missing_capability(request: Mapping[str, Any] | None = None, reason: str | None = None) -> MCPError:

@@ -17,13 +17,13 @@ from mcp import types
 
 from mcp_celery.inputs import invalid_answer_reason
 from mcp_celery.protocol import now_ms
-from mcp_celery.server import envelope
+from mcp_celery.server import envelope, limits
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.service import TaskService
 from mcp_celery.status import TaskView
 from mcp_celery.store.schema import TaskRecord
 
-__all__ = ["TaskIdParams", "UpdateTaskParams", "tasks_cancel", "tasks_get", "tasks_update"]
+__all__ = ["TaskIdParams", "UpdateTaskParams", "tasks_cancel", "tasks_get", "tasks_update", "visible_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ async def tasks_get(service: TaskService, ctx: RequestContext, params: TaskIdPar
 
 
 async def tasks_update(service: TaskService, ctx: RequestContext, params: UpdateTaskParams) -> dict[str, Any]:
+    limits.check_input_responses(service.settings, params.input_responses)
     record, view = await _lookup(service, ctx, params.task_id)
     if view.status != "input_required":
         return {}
@@ -74,7 +75,16 @@ async def _lookup(service: TaskService, ctx: RequestContext, task_id: str) -> tu
     """Gate, header check and read shared by tasks/get, tasks/update and tasks/cancel."""
     envelope.require_tasks_extension(ctx)
     envelope.check_task_name(ctx, task_id)
-    found = await service.read_view(task_id)
-    if found is None or found[0].owner != envelope.principal(ctx):
+    found = await visible_task(service, ctx, task_id)
+    if found is None:
         raise envelope.task_not_found()
     return found
+
+
+async def visible_task(service: TaskService, ctx: RequestContext, task_id: str) -> tuple[TaskRecord, TaskView] | None:
+    """The task when it exists and belongs to the caller; unknown, expired, foreign and impossible ids look alike."""
+    # An id longer than any we issue is not looked up: it gets the unknown-task answer.
+    if not limits.task_id_acceptable(service.settings, task_id):
+        return None
+    found = await service.read_view(task_id)
+    return found if found is not None and found[0].owner == envelope.principal(ctx) else None

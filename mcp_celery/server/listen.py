@@ -25,9 +25,8 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_celery.protocol import INVALID_PARAMS, TASKS_NOTIFICATION, now_ms
 from mcp_celery.server import envelope
 from mcp_celery.server.envelope import RequestContext
+from mcp_celery.server.handlers import visible_task
 from mcp_celery.server.service import TaskService
-from mcp_celery.status import TaskView
-from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["TaskStatusNotification", "listen"]
 
@@ -53,7 +52,7 @@ async def listen(
     task_ids = _requested_task_ids(ctx, requested)
     core = _honored_core(requested)
     meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
-    owned = [task_id for task_id in task_ids if await _visible(service, ctx, task_id) is not None]
+    owned = [task_id for task_id in task_ids if await visible_task(service, ctx, task_id) is not None]
     async with service.events.watch(owned) as watcher:
         # Watching before the first read: a change between the read and the wait is not lost.
         acknowledged = types.SubscriptionFilter.model_validate({**core, **({"taskIds": owned} if task_ids else {})})
@@ -84,12 +83,6 @@ def _honored_core(requested: types.SubscriptionFilter) -> dict[str, Any]:
     dumped = requested.model_dump(by_alias=True, exclude_none=True, mode="json")
     dumped.pop("taskIds", None)
     return {key: value for key, value in dumped.items() if value}
-
-
-async def _visible(service: TaskService, ctx: RequestContext, task_id: str) -> tuple[TaskRecord, TaskView] | None:
-    """The task, when it exists and belongs to the caller; foreign and unknown ids look the same."""
-    found = await service.read_view(task_id)
-    return found if found is not None and found[0].owner == envelope.principal(ctx) else None
 
 
 async def _stream(

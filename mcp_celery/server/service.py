@@ -49,8 +49,14 @@ class TaskService:
     @property
     def store(self) -> AsyncStore:
         if self._store is None:
-            # Named, so that an operator's CLIENT LIST tells which server process holds which connection.
-            client = aioredis.Redis.from_url(self.binding.redis_url, client_name=f"mcp-celery-server:{os.getpid()}")
+            # Bounded, so that a burst of requests cannot open a connection each; named, so that an
+            # operator's CLIENT LIST tells which server process holds which connection.
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self.binding.redis_url,
+                max_connections=self.settings.redis_max_connections,
+                client_name=f"mcp-celery-server:{os.getpid()}",
+            )
+            client = aioredis.Redis(connection_pool=pool)
             self._store = AsyncStore(client, self.binding.keys, self.binding.lifetimes, self.binding.backend.meta_key)
         return self._store
 

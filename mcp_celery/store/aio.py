@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from mcp_celery.store import scripts
-from mcp_celery.store.schema import FIELD, Keys, Lifetimes, TaskRecord, decode_hash
+from mcp_celery.store.schema import FIELD, Keys, Lifetimes, TaskRecord, as_text, decode_hash
 
 __all__ = ["AsyncStore"]
 
@@ -38,14 +38,40 @@ class AsyncStore:
         self._answer = client.register_script(scripts.ANSWER)
         self._freeze = client.register_script(scripts.FREEZE)
 
-    async def create(self, record: TaskRecord, pending_meta: bytes | str) -> None:
-        """Write the record and a PENDING Celery meta, so `tasks/get` succeeds before the job is queued."""
+    async def create(self, record: TaskRecord, pending_meta: bytes | str, *, index: bool = False) -> None:
+        """Write the record and a PENDING Celery meta, so `tasks/get` succeeds before the job is queued.
+
+        `index` also adds the task to its owner's set (only kept when a per-principal quota is set).
+        """
         key = self.keys.task(record.task_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping=dict(record.to_hash()))  # type: ignore[arg-type]
             pipe.expire(key, self.lifetimes.live_s)
             pipe.set(self.meta_key(record.task_id), pending_meta, ex=self.lifetimes.ttl_s)
+            if index:
+                owned = self.keys.owner_tasks(record.owner)
+                pipe.zadd(owned, {record.task_id: record.created_ms})
+                pipe.expire(owned, self.lifetimes.live_s)
             await pipe.execute()
+
+    async def owned(self, owner: str) -> list[tuple[str, TaskRecord | None, bytes | None]]:
+        """Every task in the owner's set with its record and Celery meta: two round trips in all."""
+        raw_ids = await self.redis.zrange(self.keys.owner_tasks(owner), 0, -1)
+        ids = [as_text(i) for i in raw_ids if isinstance(i, bytes | str)]
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.hgetall(self.keys.task(task_id))
+                pipe.get(self.meta_key(task_id))
+            replies = await pipe.execute()
+        return [
+            (task_id, TaskRecord.from_hash(task_id, decode_hash(raw)), meta)
+            for task_id, raw, meta in zip(ids, replies[::2], replies[1::2], strict=True)
+        ]
+
+    async def disown(self, owner: str, task_ids: list[str]) -> None:
+        await self.redis.zrem(self.keys.owner_tasks(owner), *task_ids)
 
     async def read(self, task_id: str) -> tuple[TaskRecord | None, bytes | None]:
         """The record and Celery's raw result meta, in one round trip."""

@@ -15,6 +15,8 @@ request, frozen terminal state) and one field per outstanding input request
 (`in:<key>`), so that `tasks/get` is a single HGETALL beside the Celery result GET.
 The answers hash keeps every delivered answer for replay after a redelivery; the bell
 is a list used as a doorbell (BLPOP) that wakes a job waiting for input or cancel.
+With `MCP_CELERY_MAX_LIVE_TASKS_PER_PRINCIPAL` set, `owner:<principal>` is a sorted set of
+the task ids that principal created, pruned of finished ones when counted.
 
 Celery's result meta says how the job is doing; the record says what Celery cannot: that
 the task exists at all (a queued and an unknown id both read PENDING in Celery), when it was
@@ -87,6 +89,10 @@ class Keys:
 
     def bell(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}:bell"
+
+    def owner_tasks(self, principal: str) -> str:
+        """Sorted set (score: creation ms) of a principal's task ids; kept only with a live-task quota."""
+        return f"{self.prefix}:owner:{principal}"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ def configure_app(app: Celery, *, max_job: timedelta = DEFAULT_MAX_JOB) -> None:
     """Apply the Celery settings long MCP jobs need (at-most-once delivery, visible states).
 
     Acks early and no prefetch, so the Redis visibility timeout can never run a long job
-    twice; STARTED and custom states are tracked and sent as events for Flower. Call it
+    twice; STARTED and custom states are tracked and sent as events for Flower; messages and
+    results are JSON only (a pickle message is rejected, never executed). Call it
     before your own `app.conf` changes if you want to override any of these.
     """
     seconds = int(max_job.total_seconds())
@@ -42,6 +43,12 @@ def configure_app(app: Celery, *, max_job: timedelta = DEFAULT_MAX_JOB) -> None:
         task_time_limit=seconds,
         broker_transport_options={**app.conf.broker_transport_options, "visibility_timeout": 2 * seconds},
         broker_connection_retry_on_startup=True,
+        # JSON only, both ways: a pickle message published to the broker is refused, never
+        # unpickled (unpickling runs code), and results are never read back as pickle.
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_serializer="json",
+        result_serializer="json",
     )
 
 

@@ -1,0 +1,19 @@
+"""Secrets out of error text: pure, standard library only, so the worker and mapping tiers can use it."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["redact"]
+
+# scheme://user:password@  (broker and database URLs: redis://:pw@host, amqp://guest:pw@host, postgres://u:pw@h)
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every `scheme://user:password@` URL replaced by `***`.
+
+    >>> redact("Error connecting to redis://:hunter2@db:6379/0")
+    'Error connecting to redis://:***@db:6379/0'
+    """
+    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
