@@ -164,6 +164,17 @@ def test_another_principals_task_answers_exactly_like_an_unknown_one_and_is_unaf
             missing = error_of(bob.call(method, {"taskId": unknown, **extra}))
             anonymous_id = error_of(alice.call(method, {"taskId": unknown, **extra}))
             assert foreign == missing == anonymous_id == NOT_FOUND, method
+    # Listening is authorized the same way: bob's acknowledgement leaves alice's tasks out.
+    stream = bob.stream("subscriptions/listen", {"notifications": {"taskIds": [waiting, running, unknown]}})
+    ack = stream.next()
+    assert ack is not None and ack["params"]["notifications"]["taskIds"] == [], ack
+    end = stream.next()  # nothing to watch: the stream ends at once, without a notification
+    assert end is not None and end.get("id") == stream.request_id and "result" in end, end
+    stream.close()
+    stream = alice.stream("subscriptions/listen", {"notifications": {"taskIds": [waiting, unknown]}})
+    ack = stream.next()
+    assert ack is not None and ack["params"]["notifications"]["taskIds"] == [waiting], ack
+    stream.close()
     # Nothing bob sent reached alice's tasks: no cancel flag, no answer, the question still open.
     for task_id in (waiting, running):
         assert store_redis.hget(f"mcp-celery:task:{task_id}", "cancel") is None
