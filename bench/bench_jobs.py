@@ -7,6 +7,7 @@ the same worker settings as ours. Broker and backend come from BENCH_REDIS_URL (
 from __future__ import annotations
 
 import os
+import time
 
 from celery import Celery
 
@@ -26,3 +27,12 @@ def noop(x: int = 0) -> int:
 @app.task
 def raw_noop(x: int) -> int:
     return x
+
+
+@mcp_celery.tool(app)
+def stamps(ctx: mcp_celery.JobContext, count: int = 100, interval_s: float = 0.02) -> int:
+    """Reports the wall clock as its status `count` times (bench.push measures the push delay with it)."""
+    for _ in range(count):
+        ctx.status(f"t={time.time():.6f}")
+        time.sleep(interval_s)
+    return count
