@@ -1,4 +1,4 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY . .
-RUN pip install --no-cache-dir -e '.[flower]'
+RUN pip install --no-cache-dir -e '.[jobs,flower]'
