@@ -8,6 +8,7 @@ every notification B sends travelled through Redis from whichever worker ran the
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -105,6 +106,24 @@ def test_a_listener_on_another_replica_gets_every_change_from_current_state_to_t
     final = seen[-1]
     assert final["status"] == "completed" and final["result"]["content"][0]["text"].startswith("finished")
     assert without_clock(final) == without_clock(client.get(task_id))  # exactly what tasks/get returns
+
+
+def test_a_failed_task_is_pushed_with_its_error_and_a_tool_error_with_its_result(
+    client: HttpClient, b: HttpClient
+) -> None:
+    failing = client.start("protocol_fail")
+    erring = client.start("boom", {"message": "disk full"})
+    stream, ack = listen(b, [failing, erring])
+    assert set(ack["params"]["notifications"]["taskIds"]) == {failing, erring}
+    seen, _ = notifications_until_end(stream)
+    stream.close()
+    check_notifications(seen, stream.request_id)
+    last = {t["taskId"]: t for t in seen}
+    assert last[failing]["status"] == "failed" and "result" not in last[failing]
+    assert last[failing]["error"] == {"code": -32602, "message": "bad thing", "data": {"why": "testing"}}
+    assert last[erring]["status"] == "completed" and last[erring]["result"]["isError"] is True
+    for task_id in (failing, erring):
+        assert without_clock(last[task_id]) == without_clock(client.get(task_id))
 
 
 def test_input_required_is_pushed_with_its_requests_and_the_answer_resumes_the_job(
@@ -239,14 +258,27 @@ def test_abandoned_listen_streams_release_their_subscriptions_connections_and_me
         )
         return len(server_connections(store_redis, server.pid)), open_fds(server.pid), rss_kib(server.pid)
 
+    idle = diagnostics(server)
     connections, fds, rss = round_of(200)
     wait_for(lambda: open_fds(server.pid) <= fds, 30, 0.1, "the first round's sockets to close")
     connections_after, fds_after, rss_after = round_of(200)
     assert connections <= POOL and connections_after <= POOL, (connections, connections_after)
     wait_for(lambda: open_fds(server.pid) <= fds, 30, 0.1, "the server to close the abandoned sockets")
     assert rss_after - rss < 5_000, (rss, rss_after)  # KiB
+    # The server's own count of what it holds: asyncio tasks, watched channels, watchers.
+    wait_for(lambda: diagnostics(server) == idle, 30, 0.2, f"the server's counts to return to {idle}")
+    assert idle["watchers"] == 0 and idle["watched_channels"] == 0
     b.result("tasks/cancel", {"taskId": task_id})
     b.close()
+
+
+def diagnostics(server: Process) -> dict[str, int]:
+    """The counts the server logs on SIGUSR1 (`mcp-celery diagnostics: name=count ...`)."""
+    before = server.output().count("mcp-celery diagnostics:")
+    os.kill(server.pid, signal.SIGUSR1)
+    wait_for(lambda: server.output().count("mcp-celery diagnostics:") > before, 10, 0.05, "the diagnostics line")
+    line = server.output().split("mcp-celery diagnostics:")[-1].splitlines()[0]
+    return {name: int(count) for name, count in (pair.split("=") for pair in line.split())}
 
 
 def rss_kib(pid: int) -> int:

@@ -67,6 +67,11 @@ class TaskEvents:
         """How many task channels this process listens to now."""
         return len(self._watchers)
 
+    @property
+    def watchers(self) -> int:
+        """How many watchers (listen streams, synchronous calls) are open now."""
+        return len({watcher for watchers in self._watchers.values() for watcher in watchers})
+
     @asynccontextmanager
     async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[Watcher]:
         """Listen for changes of `task_ids` for the duration of the block."""

@@ -9,8 +9,10 @@ or not).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -78,6 +80,7 @@ class TaskService:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(events.run)
+            tg.start_soon(self._report_on_signal)
             try:
                 yield
             finally:
@@ -87,6 +90,22 @@ class TaskService:
         if self._store is not None:
             await self._store.aclose()
             self._store = None
+
+    async def _report_on_signal(self) -> None:
+        """`kill -USR1 PID` logs what the process holds: how operators (and the tests) see leaks."""
+        with anyio.open_signal_receiver(signal.SIGUSR1) as signals:
+            async for _ in signals:
+                logger.warning(
+                    "mcp-celery diagnostics: %s", " ".join(f"{k}={v}" for k, v in self.diagnostics().items())
+                )
+
+    def diagnostics(self) -> dict[str, int]:
+        """Counts that must return to where they were once clients go away."""
+        return {
+            "asyncio_tasks": len(asyncio.all_tasks()),
+            "watched_channels": 0 if self._events is None else self._events.channels,
+            "watchers": 0 if self._events is None else self._events.watchers,
+        }
 
     async def read_view(self, task_id: str) -> tuple[TaskRecord, TaskView] | None:
         """The task's record and MCP view, or None when it is unknown or expired."""
