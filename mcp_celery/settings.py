@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Longest expected job run; the task record outlives creation by TTL plus this.",
     )
+    worker_lost_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A running job whose worker stops its heartbeat for this long ends failed (worker lost); "
+        "the worker beats three times per period and each beat carries the deadline, so servers need not agree.",
+    )
     input_timeout_s: float = Field(
         default=3600.0, gt=0, description="Default time a job waits for an answer to an input request."
     )

@@ -9,6 +9,7 @@ Pure: no celery or redis import. Celery's result meta arrives decoded, as a dict
 | SUCCESS                                       | completed, the return value as CallToolResult|
 | FAILURE: mcp_celery.ProtocolError             | failed, with that JSON-RPC error             |
 | FAILURE: worker lost, time limit, terminated  | failed, -32603, statusMessage says why       |
+| running, heartbeat ran out (worker killed)    | failed, -32603 (working again if redelivered)|
 | FAILURE: any other exception                  | completed, isError: true                     |
 | REVOKED                                       | cancelled                                    |
 
@@ -31,6 +32,7 @@ from mcp_celery.protocol import (
     TaskStatus,
     call_tool_result,
     detailed_task,
+    iso_ms,
 )
 from mcp_celery.redact import redact
 from mcp_celery.store.schema import TaskRecord
@@ -139,10 +141,13 @@ def task_view(
     structured: bool,
     grace_ms: int,
     debug: bool = False,
+    redelivered_on_loss: bool = False,
 ) -> TaskView:
     """The MCP view of a task from its record and its Celery result meta (None: no meta).
 
     `structured`: the tool declares an output schema, so a result carries structuredContent.
+    `redelivered_on_loss`: the tool's message goes back to the queue when its worker is lost
+    (late ack, reject on worker loss), so a lost heartbeat means "waiting to run again".
     """
     if record.final is not None:
         return TaskView.from_frozen(record.final)
@@ -155,11 +160,20 @@ def task_view(
         return _terminal(state, meta or {}, done_ms, record, structured, debug)
     if cancel_deadline is not None and now_ms >= cancel_deadline:
         return _cancelled_late(cancel_deadline)
+    if record.alive_until_ms is not None and now_ms > record.alive_until_ms:
+        if not redelivered_on_loss:
+            return _worker_lost(record.alive_until_ms)
+        return TaskView("working", record.alive_until_ms, "the worker was lost; waiting to run the job again")
     updated = record.updated_ms or record.created_ms
     if record.inputs and record.cancel_ms is None:
         return TaskView("input_required", updated, "waiting for input", input_requests=record.inputs)
     message = "cancelling" if record.cancel_ms is not None else _progress_message(state, meta)
     return TaskView("working", updated, message)
+
+
+def _worker_lost(at_ms: int) -> TaskView:
+    message = f"the worker running the job was lost: no heartbeat since {iso_ms(at_ms)}"
+    return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message})
 
 
 def _cancelled_late(at_ms: int) -> TaskView:

@@ -65,6 +65,12 @@ class ToolSpec:
         return self.input_model.model_validate(dict(arguments or {})).model_dump(mode="json")
 
     @property
+    def redelivered_on_loss(self) -> bool:
+        """Whether Celery queues the job again when its worker is lost (late ack, reject on worker loss)."""
+        task = self.celery_task
+        return bool(getattr(task, "acks_late", False) and getattr(task, "reject_on_worker_lost", False))
+
+    @property
     def structured(self) -> bool:
         """Whether results carry structuredContent (the tool declares an output schema)."""
         return self.output_schema is not None

@@ -34,8 +34,13 @@ if "MCP_CELERY_TEST_REDIS" not in os.environ and not redis_answers(BASE):
 os.environ.setdefault("TEST_BROKER_URL", f"{BASE}/12")
 os.environ.setdefault("TEST_RESULT_BACKEND", f"{BASE}/13")
 
-#: Server settings for the test servers: a short cancel grace and sync timeout keep tests quick.
-SERVER_ENV = {"MCP_CELERY_CANCEL_GRACE_S": "1", "MCP_CELERY_SYNC_TIMEOUT_S": "5"}
+#: Settings for the test servers and workers: short grace, sync and heartbeat periods keep tests quick.
+SERVER_ENV = {
+    "MCP_CELERY_CANCEL_GRACE_S": "1",
+    "MCP_CELERY_SYNC_TIMEOUT_S": "5",
+    # Workers beat every 2 s; a job silent for 6 s is lost (tests kill workers on purpose).
+    "MCP_CELERY_WORKER_LOST_TIMEOUT_S": "6",
+}
 
 
 @pytest.fixture(scope="session")

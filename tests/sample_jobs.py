@@ -205,3 +205,17 @@ def ask_then_work(ctx: mcp_celery.JobContext, seconds: float = 30) -> str:
         ctx.check_cancelled()
         time.sleep(0.05)
     return "worked"
+
+
+# ---------------------------------------------------------------- lost workers
+
+
+@mcp_celery.tool(app, queue="doomed")
+def doomed_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str) -> str:
+    """Counts its runs in `marker`, then works with a checkpoint every 50 ms (its worker gets killed)."""
+    markers.incr(marker)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ctx.status("working")
+        time.sleep(0.05)
+    return "survived"

@@ -154,8 +154,10 @@ def assert_jsonrpc(reply: Any) -> None:
 
 
 def snapshot(store: redis.Redis, task_id: str) -> dict[str, Any]:
+    record = store.hgetall(f"mcp-celery:task:{task_id}")
+    record.pop(b"alive", None)  # the running job's heartbeat moves on by itself; no request writes it
     return {
-        "record": store.hgetall(f"mcp-celery:task:{task_id}"),
+        "record": record,
         "answers": store.hgetall(f"mcp-celery:task:{task_id}:answers"),
         "meta": store.get(sample_jobs.app.backend.get_key_for_task(task_id)),
     }

@@ -20,6 +20,7 @@ import anyio
 import redis.asyncio as aioredis
 from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
+from redis.exceptions import RedisError
 
 from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
@@ -81,6 +82,7 @@ class TaskService:
             self._tg = tg
             tg.start_soon(events.run)
             tg.start_soon(self._report_on_signal)
+            tg.start_soon(self._reap_lost_jobs)
             try:
                 yield
             finally:
@@ -90,6 +92,28 @@ class TaskService:
         if self._store is not None:
             await self._store.aclose()
             self._store = None
+
+    async def _reap_lost_jobs(self) -> None:
+        """Turn the tasks whose heartbeat ran out `failed`, and so tell their listeners.
+
+        Every server process does this, none of them special: the read freezes the terminal state
+        with a check-and-set, so two replicas reaping the same task agree, and the freeze publishes
+        the change. A task read by a client first is frozen by that read just the same.
+        """
+        period = max(self.settings.worker_lost_timeout_s / 3, 0.2)
+        while True:
+            await anyio.sleep(period)
+            try:
+                overdue = await self.store.overdue(now_ms())
+                done = [task_id for task_id in overdue if await self._settled(task_id)]
+                await self.store.forget_live(done)
+            except (RedisError, OSError):
+                logger.warning("could not look for lost jobs; trying again in %.1f s", period, exc_info=True)
+
+    async def _settled(self, task_id: str) -> bool:
+        """Read the task (freezing it if its worker is lost); True once nothing more is to be watched."""
+        found = await self.read_view(task_id)
+        return found is None or found[1].terminal
 
     async def _report_on_signal(self) -> None:
         """`kill -USR1 PID` logs what the process holds: how operators (and the tests) see leaks."""
@@ -122,6 +146,7 @@ class TaskService:
             structured=spec is not None and spec.structured,
             grace_ms=int(self.settings.cancel_grace_s * 1000),
             debug=self.settings.debug,
+            redelivered_on_loss=spec is not None and spec.redelivered_on_loss,
         )
         if view.terminal and record.final is None and (meta or {}).get("status") != "SUCCESS":
             # Celery itself never overwrites SUCCESS; every other terminal state is frozen

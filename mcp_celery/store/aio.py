@@ -83,7 +83,7 @@ class AsyncStore:
 
     async def freeze(self, task_id: str, frozen: str) -> dict[str, Any] | None:
         """Freeze `frozen` as the terminal state unless one already is; returns the frozen one."""
-        stored = await self._freeze(keys=[self.keys.task(task_id)], args=[frozen])
+        stored = await self._freeze(keys=[self.keys.task(task_id), self.meta_key(task_id)], args=[frozen])
         return json.loads(stored) if stored else None
 
     async def answer(self, task_id: str, answers: Mapping[str, str], now_ms: int) -> int:
@@ -100,6 +100,15 @@ class AsyncStore:
             pipe.expire(bell, self.lifetimes.live_s)
             pipe.publish(self.meta_key(task_id), "cancel")
             await pipe.execute()
+
+    async def overdue(self, now_ms: int, limit: int = 200) -> list[str]:
+        """Ids of running tasks whose heartbeat ran out before `now_ms`."""
+        found = await self.redis.zrangebyscore(self.keys.live(), "-inf", now_ms, start=0, num=limit)
+        return [as_text(task_id) for task_id in found if isinstance(task_id, bytes | str)]
+
+    async def forget_live(self, task_ids: list[str]) -> None:
+        if task_ids:
+            await self.redis.zrem(self.keys.live(), *task_ids)
 
     async def delete(self, task_id: str) -> None:
         await self.redis.delete(self.keys.task(task_id), self.meta_key(task_id))

@@ -14,7 +14,9 @@ The task hash holds the record (tool, createdAt, TTL, client capabilities, owner
 request, frozen terminal state) and one field per outstanding input request
 (`in:<key>`), so that `tasks/get` is a single HGETALL beside the Celery result GET.
 The answers hash keeps every delivered answer for replay after a redelivery; the bell
-is a list used as a doorbell (BLPOP) that wakes a job waiting for input or cancel.
+is a list used as a doorbell (BLPOP) that wakes a job waiting for input or cancel. A running
+job's heartbeat keeps `alive` (ms) in the future and the task in the `live` sorted set, scored
+by the same time, so that any server finds the tasks whose worker stopped beating.
 With `MCP_CELERY_MAX_LIVE_TASKS_PER_PRINCIPAL` set, `owner:<principal>` is a sorted set of
 the task ids that principal created, pruned of finished ones when counted.
 
@@ -57,6 +59,7 @@ class FIELD:
     CANCEL = "cancel"
     UPDATED = "updated"
     FINAL = "final"
+    ALIVE_UNTIL = "alive"
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -89,6 +92,10 @@ class Keys:
 
     def bell(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}:bell"
+
+    def live(self) -> str:
+        """Sorted set of running tasks scored by the time their heartbeat runs out (ms)."""
+        return f"{self.prefix}:live"
 
     def owner_tasks(self, principal: str) -> str:
         """Sorted set (score: creation ms) of a principal's task ids; kept only with a live-task quota."""
@@ -133,6 +140,7 @@ class TaskRecord:
     cancel_ms: int | None = None
     updated_ms: int | None = None
     final: dict[str, Any] | None = None
+    alive_until_ms: int | None = None
     inputs: dict[str, Any] = field(default_factory=lambda: {})
     first_answers: dict[str, Any] = field(default_factory=lambda: {})
 
@@ -171,6 +179,7 @@ class TaskRecord:
             cancel_ms=_int_or_none(raw.get(FIELD.CANCEL)),
             updated_ms=_int_or_none(raw.get(FIELD.UPDATED)),
             final=json.loads(raw[FIELD.FINAL]) if raw.get(FIELD.FINAL) else None,
+            alive_until_ms=_int_or_none(raw.get(FIELD.ALIVE_UNTIL)),
             inputs=inputs,
             first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
         )

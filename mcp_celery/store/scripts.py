@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX
 
-__all__ = ["ANSWER", "FREEZE", "POST_INPUTS"]
+__all__ = ["ANSWER", "BEAT", "FREEZE", "POST_INPUTS"]
 
 # KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list, KEYS[4] the task's event channel.
 # ARGV[1] now (ms), ARGV[2] expiry of answers and bell (s), then key/answer pairs.
@@ -32,12 +32,28 @@ end
 return taken
 """
 
-# KEYS[1] task hash. ARGV[1] frozen terminal view (JSON).
-# Freezes the first terminal state observed and returns the frozen one (nil: no record).
+# KEYS[1] task hash, KEYS[2] the task's event channel. ARGV[1] frozen terminal view (JSON).
+# Freezes the first terminal state observed, tells listeners when this call froze it, and
+# returns the frozen one (nil: no record).
 FREEZE = f"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-redis.call('HSETNX', KEYS[1], '{FIELD.FINAL}', ARGV[1])
+if redis.call('HSETNX', KEYS[1], '{FIELD.FINAL}', ARGV[1]) == 1 then
+  redis.call('PUBLISH', KEYS[2], 'final')
+end
 return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
+"""
+
+# KEYS[1] task hash, KEYS[2] live sorted set. ARGV[1] alive-until (ms), ARGV[2] task id.
+# A running job's heartbeat: pushes its deadline forward, but never brings back a record that
+# has expired (an HSET would create a hash without the record's fields or expiry).
+BEAT = f"""
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return 0
+end
+redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+return 1
 """
 
 # KEYS[1] task hash, KEYS[2] answers hash. ARGV[1] now (ms), then key/request pairs.

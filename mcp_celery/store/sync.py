@@ -16,7 +16,10 @@ import redis
 from mcp_celery.store import scripts
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS, Keys, Lifetimes, TaskRecord, as_text
 
-__all__ = ["AnswerWait", "SyncStore"]
+__all__ = ["MIN_BLOCK_S", "AnswerWait", "SyncStore"]
+
+#: The shortest wait sent to Redis as a blocking command; shorter ones are slept here.
+MIN_BLOCK_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -41,20 +44,31 @@ class SyncStore:
         self.lifetimes = lifetimes
         self.meta_key = meta_key
         self._post = client.register_script(scripts.POST_INPUTS)
+        self._beat = client.register_script(scripts.BEAT)
 
-    def job_started(self, task_id: str) -> TaskRecord | None:
+    def job_started(self, task_id: str, alive_until_ms: int) -> TaskRecord | None:
         """The record a starting job needs, or None when the job was not started through MCP.
 
         Also restarts the record's lifetime, so that a job that waited long in the queue still
-        has TTL plus the longest job ahead of it: a running task never expires.
+        has TTL plus the longest job ahead of it (a running task never expires), and beats once.
         """
         key = self.keys.task(task_id)
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(key, list(JOB_FIELDS))
             pipe.expire(key, self.lifetimes.live_s)  # a no-op when there is no record
-            values, _ = pipe.execute()
+            self._beat(keys=[key, self.keys.live()], args=[alive_until_ms, task_id], client=pipe)
+            values, _, _ = pipe.execute()
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
+
+    def beat(self, task_ids: list[str], alive_until_ms: int) -> None:
+        """Heartbeat of running jobs: each stays `alive` until `alive_until_ms` (one round trip for all)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                self._beat(
+                    keys=[self.keys.task(task_id), self.keys.live()], args=[alive_until_ms, task_id], client=pipe
+                )
+            pipe.execute()
 
     def cancel_requested(self, task_id: str) -> bool:
         return bool(self.redis.hexists(self.keys.task(task_id), FIELD.CANCEL))
@@ -111,6 +125,7 @@ class SyncStore:
                     pipe.persist(key)
                 else:
                     pipe.expire(key, ttl_s)
+            pipe.zrem(self.keys.live(), task_id)
             pipe.execute()
 
     def _poll_answers(self, task_id: str, wire_keys: list[str]) -> tuple[bool, dict[str, str]]:
@@ -129,5 +144,9 @@ class SyncStore:
 
     def _wait_bell(self, task_id: str, timeout_s: float) -> bool:
         """Block until the bell rings (answer or cancel) or the timeout passes; True if it rang."""
-        # BLPOP takes a float timeout; 0 would mean forever, so never pass it.
-        return self.redis.blpop([self.keys.bell(task_id)], timeout=max(timeout_s, 0.001)) is not None
+        if timeout_s < MIN_BLOCK_S:
+            # Redis turns a BLPOP timeout into whole milliseconds by truncation, and a timeout that
+            # truncates to 0 blocks for ever (seen with 0.001 s on Redis 6.2): never send one that small.
+            time.sleep(max(timeout_s, 0.0))
+            return False
+        return self.redis.blpop([self.keys.bell(task_id)], timeout=round(timeout_s, 3)) is not None

@@ -18,6 +18,7 @@ from celery.exceptions import Ignore
 from mcp_celery.errors import TaskCancelled
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
+from mcp_celery.worker.heartbeat import Heartbeat
 
 __all__ = ["run_job"]
 
@@ -28,10 +29,14 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     """Run `run(*args, **kwargs)` as the body of `celery_task`'s current request."""
     worker = worker_binding(celery_task.app)
     store = worker.store
+    heartbeat = Heartbeat.of_process(store, worker.settings.worker_lost_timeout_s)
     task_id: str | None = celery_task.request.id
     # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
-    record = store.job_started(task_id) if task_id and not celery_task.request.is_eager else None
+    attached = bool(task_id) and not celery_task.request.is_eager
+    record = store.job_started(str(task_id), heartbeat.deadline_ms()) if attached else None
     ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
+    if record is not None:
+        heartbeat.add(record.task_id)
     with activate(ctx):
         try:
             if record is not None and record.cancel_ms is not None:
@@ -42,8 +47,9 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
                 raise
             _mark_cancelled(celery_task, "cancelled by client")
         finally:
-            if record is not None and task_id:
-                store.job_ended(task_id, asked=ctx.asked_for_input)
+            if record is not None:
+                heartbeat.discard(record.task_id)
+                store.job_ended(record.task_id, asked=ctx.asked_for_input)
 
 
 def _mark_cancelled(celery_task: Task[Any, Any], reason: str) -> None:
