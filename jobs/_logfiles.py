@@ -86,8 +86,8 @@ def expand(root: Path, pattern: str) -> tuple[list[LogFile], list[str]]:
         reason, real = _admit(root, root / name)
         if reason:
             skipped.append(f"{name}: {reason}")
+        if real is None:
             continue
-        assert real is not None
         with open_inside(root, real) as handle:
             size = os.fstat(handle.fileno()).st_size
             files.append(LogFile(name, real, size, handle.read(2) == GZIP_MAGIC))
@@ -132,7 +132,7 @@ def _scandir(directory: Path) -> list[os.DirEntry[str]]:
 
 
 def _admit(root: Path, candidate: Path) -> tuple[str, Path | None]:
-    """("", resolved path) for a regular file inside the root, else (reason, None)."""
+    """("", resolved path) for a regular file inside the root, ("", None) for a directory, else (reason, None)."""
     real = Path(os.path.realpath(candidate))
     if not real.is_relative_to(root):
         return "outside the log root", None
@@ -140,6 +140,8 @@ def _admit(root: Path, candidate: Path) -> tuple[str, Path | None]:
         mode = os.stat(real, follow_symlinks=False).st_mode
     except OSError as exc:
         return f"cannot be read ({exc.strerror})", None
+    if stat.S_ISDIR(mode):
+        return "", None  # a glob like 'app/*' names directories too: not an error, nothing to search
     if not stat.S_ISREG(mode):
         return "not a regular file", None
     return "", real

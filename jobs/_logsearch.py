@@ -161,6 +161,7 @@ class _Run:
         self.bytes_done = 0
         self.file_number = 1 if files else 0
         self._results: dict[int, BatchResult] = {}
+        self._running: dict[int, int] = {}  # matches seen so far by batches still running
         self._merged = 0  # batches merged, in order
         self._file_lines: dict[int, int] = {}  # lines seen so far per file index, over merged batches
 
@@ -179,7 +180,9 @@ class _Run:
 
     def progress(self) -> Progress:
         total_bytes = sum(f.size for f in self.files)
-        return Progress(self.file_number, len(self.files), self.bytes_done, total_bytes, self.total)
+        with self.lock:
+            matches = self.total + sum(self._running.values())
+        return Progress(self.file_number, len(self.files), self.bytes_done, total_bytes, matches)
 
     def _batch(self, index: int) -> None:
         if self.procs.stopped.is_set():
@@ -187,13 +190,24 @@ class _Run:
         # Matches are needed only until the in-order prefix holds max_matches: that prefix only
         # grows and batches start in order, so once a batch only counts, all later ones do too.
         count_only = not self.query.line_filter.active and len(self.matches) >= self.query.max_matches
-        result = self.rg.run(self.batches[index], count_only=count_only, procs=self.procs, progress=self._progress)
+        result = self.rg.run(
+            self.batches[index],
+            count_only=count_only,
+            procs=self.procs,
+            progress=self._progress,
+            found=lambda count: self._found(index, count),
+        )
         with self.lock:
+            self._running.pop(index, None)
             self.total += result.count
             self._results[index] = result
             while self._merged in self._results:
                 self._merge(self.batches[self._merged], self._results.pop(self._merged))
                 self._merged += 1
+
+    def _found(self, index: int, count: int) -> None:
+        with self.lock:
+            self._running[index] = count
 
     def _progress(self, file_index: int, nbytes: int) -> None:
         with self.lock:

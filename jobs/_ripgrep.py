@@ -146,9 +146,18 @@ class Ripgrep:
             raise LogSearchError(f"invalid regular expression: {message}")
 
     def run(
-        self, segments: list[Segment], *, count_only: bool, procs: ProcessSet, progress: Callable[[int, int], None]
+        self,
+        segments: list[Segment],
+        *,
+        count_only: bool,
+        procs: ProcessSet,
+        progress: Callable[[int, int], None],
+        found: Callable[[int], None],
     ) -> BatchResult:
-        """Search `segments` with one rg process; `progress(file_index, nbytes)` after each write.
+        """Search `segments` with one rg process.
+
+        `progress(file_index, nbytes)` runs after each write into rg, `found(matches so far)`
+        after each block of rg's output (not when only counting: rg prints the count at the end).
 
         Raises:
             RuntimeError: rg failed, or a file could not be read (e.g. corrupt gzip data).
@@ -160,7 +169,7 @@ class Ripgrep:
             )
             procs.add(proc)
             try:
-                return self._converse(proc, segments, count_only, procs, progress, errors)
+                return self._converse(proc, segments, count_only, procs, (progress, found), errors)
             finally:
                 proc.kill()
                 proc.wait()
@@ -172,18 +181,19 @@ class Ripgrep:
         segments: list[Segment],
         count_only: bool,
         procs: ProcessSet,
-        progress: Callable[[int, int], None],
+        report: tuple[Callable[[int, int], None], Callable[[int], None]],
         errors: tempfile._TemporaryFileWrapper[bytes],
     ) -> BatchResult:
         assert proc.stdin is not None and proc.stdout is not None
         with contextlib.suppress(OSError):
             fcntl.fcntl(proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
+        progress, found = report
         feeder = _Feeder(self.root, segments, b"" if count_only else self.sentinel_line, procs.stopped, progress)
         pump = threading.Thread(target=feeder.feed, args=(proc.stdin,), name="logsearch-feed", daemon=True)
         pump.start()
         reader = _CountReader() if count_only else _LineReader(self.token, self.line_filter, self.keep)
         while block := proc.stdout.read1(PIPE_BYTES):
-            reader.feed(block)
+            found(reader.feed(block))
         returncode = proc.wait()
         pump.join()
         if procs.stopped.is_set():
@@ -288,8 +298,9 @@ class _CountReader:
     def __init__(self) -> None:
         self._text = b""
 
-    def feed(self, block: bytes) -> None:
+    def feed(self, block: bytes) -> int:
         self._text += block
+        return 0
 
     def result(self, segments: int) -> BatchResult:
         return BatchResult(int(self._text.strip() or 0), None)
@@ -309,7 +320,8 @@ class _LineReader:
         self._kept: list[tuple[int, str]] = []  # (line number in rg's stream, text)
         self._ends: list[int] = []  # stream line number of each sentinel
 
-    def feed(self, block: bytes) -> None:
+    def feed(self, block: bytes) -> int:
+        """Take a block of rg's output; returns the matching lines seen so far."""
         data = self._carry + block
         cut = data.rfind(b"\n") + 1
         self._carry, complete = data[cut:], data[:cut]
@@ -318,6 +330,7 @@ class _LineReader:
         else:  # enough kept and nothing to filter: only count lines and find the sentinels
             self._lines += complete.count(b"\n")
             self._find_sentinels(complete)
+        return self._accepted if self._filter.active else self._lines - len(self._ends)
 
     def _find_sentinels(self, complete: bytes) -> None:
         at = complete.find(self._token_end)
