@@ -57,7 +57,7 @@ def by_find(literal: bytes) -> Counter:
 
 def by_hyperscan(regex: bytes) -> Counter | None:
     try:
-        import hyperscan  # type: ignore[import-not-found]
+        import hyperscan  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None
     database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
@@ -80,7 +80,7 @@ def by_hyperscan(regex: bytes) -> Counter | None:
 
 def by_re2(regex: bytes) -> Counter | None:
     try:
-        import re2  # type: ignore[import-not-found]
+        import re2  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return None
     compiled = re2.compile(regex)

@@ -30,6 +30,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from jobs._logfiles import LogFile, LogSearchError, open_inside
 from jobs._logfilters import LineFilter
@@ -182,7 +183,7 @@ class Ripgrep:
         count_only: bool,
         procs: ProcessSet,
         report: tuple[Callable[[int, int], None], Callable[[int], None]],
-        errors: tempfile._TemporaryFileWrapper[bytes],
+        errors: IO[bytes],
     ) -> BatchResult:
         assert proc.stdin is not None and proc.stdout is not None
         with contextlib.suppress(OSError):
@@ -192,7 +193,7 @@ class Ripgrep:
         pump = threading.Thread(target=feeder.feed, args=(proc.stdin,), name="logsearch-feed", daemon=True)
         pump.start()
         reader = _CountReader() if count_only else _LineReader(self.token, self.line_filter, self.keep)
-        while block := proc.stdout.read1(PIPE_BYTES):
+        while block := os.read(proc.stdout.fileno(), PIPE_BYTES):
             found(reader.feed(block))
         returncode = proc.wait()
         pump.join()
@@ -221,8 +222,8 @@ class _Feeder:
         self.sentinel_line = sentinel_line
         self.error: BaseException | None = None
 
-    def feed(self, sink: object) -> None:
-        out = sink.fileno()  # type: ignore[attr-defined]
+    def feed(self, sink: IO[bytes]) -> None:
+        out = sink.fileno()
         segment: Segment | None = None
         try:
             for segment in self.segments:
@@ -240,7 +241,7 @@ class _Feeder:
             self.error = RuntimeError(f"{segment.file.name if segment else '?'}: {exc}")
         finally:
             with contextlib.suppress(OSError):
-                sink.close()  # type: ignore[attr-defined]
+                sink.close()
 
     def _send(self, fd: int, out: int, segment: Segment) -> bytes:
         """sendfile [start, end) into the pipe; returns the last byte sent."""
