@@ -237,7 +237,7 @@ class _Feeder:
                 _write_all(out, self.sentinel_line)
         except BrokenPipeError:
             pass  # rg was killed: the search is being stopped
-        except (OSError, zlib.error) as exc:
+        except Exception as exc:  # unreadable file, corrupt gzip: the search must fail, not miss data
             self.error = RuntimeError(f"{segment.file.name if segment else '?'}: {exc}")
         finally:
             with contextlib.suppress(OSError):
