@@ -284,7 +284,8 @@ def _report(rows: list[Row], size_gb: float, size: int, lines: int, reps: int, f
         "with `tasks/get`, and as a synchronous call. GB/s is the log's size over that time.",
         "",
         *describe_machine(),
-        f"- Other processes used {foreign:.0%} of the machine's CPU during the timed runs (shared cores).",
+        f"- Other processes used {foreign:.0%} of the machine's CPU during the timed runs (the cores are shared; "
+        f"load average {os.getloadavg()[0]:.1f} at the end).",
         "",
         *table(rows, size),
         "",

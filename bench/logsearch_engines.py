@@ -7,12 +7,14 @@ and ripgrep the way log_search runs it (jobs._logsearch.search: rg fed through p
 page cache) on one and on two cores. RE2 and Hyperscan are optional (`pip install google-re2
 hyperscan`). Counting matching *lines* means skipping to the next line after each hit (re,
 RE2, find) or dropping the hits on an already counted line (Hyperscan, whose callback runs in
-Python once per hit). Median of 3 runs each. Prints a table; writes nothing.
+Python once per hit). Median of 3 runs each. Prints a table and writes it to --out
+(default bench/results-logsearch-engines.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import tempfile
@@ -108,22 +110,35 @@ def engines(path: Path, pattern: str, literal: bool) -> dict[str, Counter | None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.logsearch_engines", description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=256)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results-logsearch-engines.md")
     options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="logsearch-engines-") as workdir:
         path = Path(workdir) / "sample.log"
         generate_log(path, options.size_mb * 1_000_000)
         data = path.read_bytes()
-        _table(path, data)
+        lines = [
+            "# Candidate engines for log_search",
+            "",
+            f"`python -m bench.logsearch_engines --size-mb {options.size_mb}` on {os.cpu_count()} cores "
+            f"(shared: the machine's load average was {os.getloadavg()[0]:.1f} at the start). "
+            f"{len(data) / 1e6:.0f} MB of generated log, in memory (or the page cache for rg); "
+            "time and GB/s to count the matching lines.",
+            "",
+        ]
+        lines += _table(path, data)
+    options.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {options.out}")
     return 0
 
 
-def _table(path: Path, data: bytes) -> None:
-    print(f"{len(data) / 1e6:.0f} MB in memory (or the page cache for rg); GB/s of counting matching lines")
-    print("| pattern | engine | matching lines | seconds | GB/s |\n|---|---|---:|---:|---:|")
+def _table(path: Path, data: bytes) -> list[str]:
+    rows = ["| pattern | engine | matching lines | seconds | GB/s |", "|---|---|---:|---:|---:|"]
+    print("\n".join(rows))
     for kind, pattern, _ in CASES:
         for name, counter in engines(path, pattern, kind == "literal").items():
             if counter is None:
-                print(f"| `{pattern}` | {name} | not installed | | |")
+                rows.append(f"| `{pattern}` | {name} | not installed | | |")
+                print(rows[-1])
                 continue
             times = []
             for _ in range(3):
@@ -131,7 +146,9 @@ def _table(path: Path, data: bytes) -> None:
                 lines = counter(data)
                 times.append(time.perf_counter() - started)
             seconds = statistics.median(times)
-            print(f"| `{pattern}` | {name} | {lines:,} | {seconds:.3f} | {len(data) / seconds / 1e9:.2f} |")
+            rows.append(f"| `{pattern}` | {name} | {lines:,} | {seconds:.3f} | {len(data) / seconds / 1e9:.2f} |")
+            print(rows[-1])
+    return rows
 
 
 if __name__ == "__main__":
