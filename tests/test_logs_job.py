@@ -70,6 +70,14 @@ def test_a_line_with_two_hits_counts_once_and_the_glob_selects_files(tmp_path: P
     assert [m.line_number for m in result.matches] == [1, 3, 4]
 
 
+def test_a_literal_pattern_is_not_a_regex_and_may_be_any_unicode(tmp_path: Path) -> None:
+    write(tmp_path / "x.log", ["price (EUR) 1.5 café", "price (EUR) 105 café", "price EUR 1x5 cafe", "[api] ^$ café"])
+    literal = search(tmp_path, "x.log", Query("(EUR) 1.5 café"), chunk_bytes=30)
+    assert [(m.line_number, m.line) for m in literal.matches] == [(1, "price (EUR) 1.5 café")]
+    assert search(tmp_path, "x.log", Query("[api] ^$")).total_matches == 1
+    assert search(tmp_path, "x.log", Query(r"\(EUR\) 1.5 caf.", regex=True)).total_matches == 2
+
+
 def test_gzip_files_multi_member_and_missing_final_newline(tmp_path: Path) -> None:
     first, second = log_lines(700, seed=5), log_lines(800, seed=6)
     (tmp_path / "multi.gz").write_bytes(
