@@ -11,13 +11,11 @@ import gzip
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
@@ -25,7 +23,7 @@ from jobs._logfiles import LogSearchError, open_inside
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Query, search
 from tests.logdata import BLOCK_ERRORS, START, as_tuples, big_gzip, expected, log_lines, rg_processes, write
-from tests.support import HttpClient, Process, free_port, wait_for
+from tests.support import HttpClient, Process, start_http_server, start_worker, wait_for
 
 # --- the search engine, no Celery ---------------------------------------------------------------
 
@@ -261,13 +259,8 @@ def jobs_env(env: dict[str, str], jobs_root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def jobs_worker(jobs_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    args = [
-        sys.executable, "-m", "celery", "-A", "jobs", "worker", "-P", "prefork", "-c", "2",
-        "-n", f"logs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "INFO",
-    ]  # fmt: skip
-    worker = Process(args, jobs_env, tmp_path_factory.mktemp("jobs-worker") / "worker.log")
-    wait_for(lambda: "ready." in worker.output() or not worker.alive(), 60, 0.1, "the jobs worker to start")
-    assert worker.alive(), worker.output()
+    log = tmp_path_factory.mktemp("log-search") / "worker.log"
+    worker = start_worker(jobs_env, log, app="jobs", name=f"logs-{os.getpid()}", concurrency=2)
     yield worker
     worker.stop()
 
@@ -276,19 +269,8 @@ def jobs_worker(jobs_env: dict[str, str], tmp_path_factory: pytest.TempPathFacto
 def jobs_client(
     jobs_env: dict[str, str], jobs_worker: Process, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HttpClient]:
-    port = free_port()
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "jobs", "--http", "--port", str(port)]
-    server = Process(args, jobs_env, tmp_path_factory.mktemp("jobs-server") / "server.log")
-    client = HttpClient(f"http://127.0.0.1:{port}/mcp")
-
-    def answers() -> bool:
-        assert server.alive(), server.output()
-        try:
-            return client.post("tools/list").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(answers, 60, 0.1, "the jobs server to answer")
+    url, server = start_http_server(jobs_env, tmp_path_factory.mktemp("log-search") / "server.log", app="jobs")
+    client = HttpClient(url)
     yield client
     client.close()
     server.stop()
