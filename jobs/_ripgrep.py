@@ -17,6 +17,7 @@ segment ends, so every match gets its line number within its segment. Once the s
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -37,7 +38,8 @@ from jobs._logfilters import LineFilter
 
 __all__ = ["BatchResult", "ProcessSet", "Ripgrep", "Segment", "SegmentMatches", "rg_binary"]
 
-F_SETPIPE_SZ = 1031  # Linux: a 1 MiB pipe instead of 64 KiB means fewer wake-ups of rg
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux: a 1 MiB pipe instead of 64 KiB wakes rg less
+NO_SENDFILE_TO_PIPE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP}  # then pread + write
 PIPE_BYTES = 1 << 20
 SEND_BYTES = 4 << 20  # per sendfile call: progress and stop are checked between calls
 GZIP_READ = 1 << 20
@@ -251,7 +253,7 @@ class _Feeder:
             try:
                 sent = os.sendfile(out, fd, offset, count)
             except OSError as exc:
-                if exc.errno not in (22, 38):  # EINVAL, ENOSYS: no sendfile into pipes here
+                if exc.errno not in NO_SENDFILE_TO_PIPE:
                     raise
                 sent = _write_all(out, os.pread(fd, count, offset))
             if sent == 0:

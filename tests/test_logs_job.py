@@ -7,6 +7,7 @@ of their own in a temporary directory.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -86,6 +87,19 @@ def test_gzip_files_multi_member_and_missing_final_newline(tmp_path: Path) -> No
     result = search(tmp_path, "*", Query("INFO"), chunk_bytes=4096)
     total, matches = expected(files, lambda line: "INFO" in line)
     assert (result.total_matches, as_tuples(result)) == (total, matches)
+
+
+def test_without_sendfile_into_pipes_the_data_is_copied_instead(
+    logs_root: tuple[Path, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_sendfile(*args: object) -> int:
+        raise OSError(errno.EINVAL, "sendfile into a pipe is not supported here")
+
+    monkeypatch.setattr(os, "sendfile", no_sendfile)
+    root, files = logs_root
+    result = search(root, "**/*", Query("timeout"), chunk_bytes=50_000)
+    total, first = expected(files, lambda line: "timeout" in line)
+    assert (result.total_matches, as_tuples(result)) == (total, first)
 
 
 def test_a_corrupt_gzip_file_is_an_error_naming_it(tmp_path: Path) -> None:
