@@ -20,7 +20,7 @@ from jobs._logsearch import Progress, Query, search
 
 __all__ = ["LogMatch", "LogSearchResult", "log_search"]
 
-STATUS_EVERY_S = 0.5  # statusMessage at most twice a second; cancel is checked every tick (50 ms)
+STATUS_EVERY_S = 0.5  # statusMessage at most twice a second; cancel is checked every tick (20 ms)
 MAX_MATCHES_LIMIT = 10_000
 
 
