@@ -18,6 +18,7 @@ from mcp_types import ElicitRequestParams, ElicitResult
 from rich.console import Console
 from rich.markup import escape
 from rich.prompt import Confirm, FloatPrompt, IntPrompt, Prompt
+from rich.text import Text
 
 from mcp_celery.client._wire import DetailedTask
 
@@ -94,7 +95,7 @@ class Progress:
 
 def _yes_unless_no(console: Console, question: str) -> bool:
     while True:
-        answer = console.input(f"{question} [Y/n] ").strip().lower()
+        answer = console.input(Text(f"{question} [Y/n] ")).strip().lower()  # Text: no markup, no highlighting
         if answer in ("", "y", "yes"):
             return True
         if answer in ("n", "no"):
