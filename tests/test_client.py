@@ -16,7 +16,16 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client import ClientRequestContext
-from mcp_types import ElicitRequestParams, ElicitResult, TextContent
+from mcp_types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ElicitRequestParams,
+    ElicitResult,
+    ListRootsResult,
+    Root,
+    TextContent,
+)
+from pydantic import FileUrl
 
 from mcp_celery.client import (
     Journal,
@@ -225,3 +234,42 @@ def test_a_server_that_pushes_notifications_wakes_the_waiter_without_polling() -
 
     run(body, timeout=20)  # the advertised poll interval is a minute
     assert messages == ["SubscriptionsAcknowledgedNotification"]
+
+
+def test_sampling_and_roots_requests_go_to_the_clients_callbacks(
+    target: ServerTarget, journal: Journal, errlog: Any
+) -> None:
+    async def sample(ctx: ClientRequestContext, params: CreateMessageRequestParams) -> CreateMessageResult:
+        return CreateMessageResult(role="assistant", content=TextContent(type="text", text="hi there"), model="m")
+
+    async def roots(ctx: ClientRequestContext) -> ListRootsResult:
+        return ListRootsResult(roots=[Root(uri=FileUrl("file:///data"))])
+
+    extension = TasksExtension(journal=journal, target=target)
+
+    async def body() -> None:
+        options = {"sampling_callback": sample, "list_roots_callback": roots}
+        async with connect(target, extension, errlog=errlog, **options) as client:
+            assert text(await client.call_tool("ask_sample_and_roots")) == "hi there / ['file:///data']"
+
+    run(body)
+
+
+def test_questions_asked_before_the_task_exists_are_answered_first(
+    target: ServerTarget, journal: Journal, errlog: Any
+) -> None:
+    """`ask_first` tools settle an MRTR round on tools/call; start() answers it, then gets the task."""
+
+    async def elicit(ctx: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert params.message == "Delete 3 files from b?"
+        return ElicitResult(action="accept", content={"confirm": True})
+
+    extension = TasksExtension(journal=journal, target=target)
+
+    async def body() -> None:
+        async with connect(target, extension, errlog=errlog, elicitation_callback=elicit) as client:
+            handle = await extension.start(client, "delete_files", {"bucket": "b", "count": 3})
+            assert text(await handle.result()) == "deleted 3 files from b"
+
+    run(body)
+    assert journal.entries()[0].arguments == {"bucket": "b", "count": 3}

@@ -118,23 +118,22 @@ async def _call(args: argparse.Namespace, journal: Journal, console: Console) ->
         raise ValueError("--args must be a JSON object")
     target = _target(args)
     extension = TasksExtension(journal=journal, target=target)
-    progress = Progress(console, "")
+    progress = Progress(console)
     async with connect(target, extension, token=args.token, elicitation_callback=elicit_at_terminal(progress)) as c:
         try:
             handle = await extension.start(c, args.tool, arguments)
         except NotATaskError as inline:
             return _print_result(inline.result, args.json)
         console.print(f"task [bold]{handle.task_id}[/] started (resume with: mcp-celery tasks wait {handle.task_id})")
-        progress.task_id = handle.task_id
         return _report(await _watch(handle, progress), args.json, console)
 
 
 async def _task_command(args: argparse.Namespace, journal: Journal, console: Console) -> int:
     entry = journal.get(args.task_id)
     extension = TasksExtension(journal=journal, target=entry.target)
-    progress = Progress(console, entry.task_id)
-    options = {"elicitation_callback": elicit_at_terminal(progress)}
-    async with connect(entry.target, extension, token=args.token, **options) as client:
+    progress = Progress(console)
+    elicit = elicit_at_terminal(progress)
+    async with connect(entry.target, extension, token=args.token, elicitation_callback=elicit) as client:
         handle = extension.attach(client, entry.task_id, entry.tool)
         if args.action == "cancel":
             await handle.cancel()

@@ -37,9 +37,8 @@ def _elapsed_since(created_at: str | None, fallback: float) -> float:
 class Progress:
     """`⠙ working · step 12 · 3.4s` on a terminal; one plain line per change elsewhere."""
 
-    def __init__(self, console: Console, task_id: str) -> None:
+    def __init__(self, console: Console) -> None:
         self.console = console
-        self.task_id = task_id
         self.task: DetailedTask | None = None
         self.note = ""
         self._since = time.time()
