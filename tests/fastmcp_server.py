@@ -15,9 +15,9 @@ from fastmcp import Context, FastMCP
 from fastmcp_tasks import TasksExtension
 
 
-def build(redis_url: str) -> FastMCP:
+def build(redis_url: str, docket_name: str) -> FastMCP:
     mcp = FastMCP("client-tests-fastmcp")
-    mcp.add_extension(TasksExtension(url=redis_url, name="client-tests-fastmcp"))
+    mcp.add_extension(TasksExtension(url=redis_url, name=docket_name))
 
     @mcp.tool(task=True)
     async def add(a: int, b: int) -> int:
@@ -35,7 +35,8 @@ def build(redis_url: str) -> FastMCP:
 
 if __name__ == "__main__":
     port, redis_url = int(sys.argv[1]), sys.argv[2]
-    build(redis_url).run(
+    # A Docket name per server: two servers on one Redis must not run each other's tasks.
+    build(redis_url, f"client-tests-fastmcp-{port}").run(
         "http", host="127.0.0.1", port=port, path="/mcp", stateless_http=True, json_response=True,
         log_level="warning", show_banner=False,
     )  # fmt: skip

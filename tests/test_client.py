@@ -36,6 +36,7 @@ from mcp_celery.client import (
     TasksExtension,
     connect,
 )
+from tests.fastmcp_fixture import fastmcp_url  # noqa: F401  (a fixture)
 from tests.listen_server import ListenServer
 from tests.support import ROOT, Process
 
@@ -273,3 +274,19 @@ def test_questions_asked_before_the_task_exists_are_answered_first(
 
     run(body)
     assert journal.entries()[0].arguments == {"bucket": "b", "count": 3}
+
+
+def test_the_library_against_fastmcp_with_fastmcp_tasks(fastmcp_url: str, journal: Journal) -> None:  # noqa: F811
+    target = ServerTarget(url=fastmcp_url)
+    extension = TasksExtension(journal=journal, target=target)
+
+    async def body() -> None:
+        async with connect(target, extension) as client:
+            assert text(await client.call_tool("add", {"a": 2, "b": 3})) == "5"
+            handle = await extension.start(client, "slow", {"seconds": 30})
+            await handle.cancel()
+            with pytest.raises(TaskCancelledError):
+                await handle.result(timeout=30)
+
+    run(body)
+    assert [(e.tool, e.status) for e in journal.entries()] == [("slow", "cancelled"), ("add", "completed")]
