@@ -2,11 +2,15 @@
 `subscriptions/listen` (which mcp-celery's own server does not serve yet), to test the client's listen path.
 
 Its tasks finish after `FINISH_AFTER_S` and advertise a one-minute `pollIntervalMs`, so a client that sees
-the end well within a minute was woken by a push, not by a poll. `GETS` counts `tasks/get` calls.
+the end well within a minute was woken by a push, not by a poll. `gets` counts `tasks/get` calls.
+
+In-process: `Client(ListenServer().server)`. Over Streamable HTTP, behind a static bearer token:
+`python tests/listen_server.py PORT TOKEN`.
 """
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +19,9 @@ from typing import Any, Literal
 
 import anyio
 import mcp_types as types
+import uvicorn
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -92,3 +99,23 @@ class ListenServer:
             note = TaskNote(params={**self.tasks[task_id], "_meta": meta})
             await ctx.session.send_notification(note, related_request_id=ctx.request_id)  # type: ignore[arg-type]
         return types.SubscriptionsListenResult(_meta=meta)
+
+
+class StaticToken:
+    """A `TokenVerifier` that accepts one token."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return AccessToken(token=token, client_id="tests", scopes=[]) if token == self.token else None
+
+
+if __name__ == "__main__":
+    port, token = int(sys.argv[1]), sys.argv[2]
+    url = f"http://127.0.0.1:{port}"
+    auth = AuthSettings(issuer_url=url, resource_server_url=f"{url}/mcp", validate_token_resource=False)
+    app = ListenServer().server.streamable_http_app(
+        stateless_http=True, json_response=True, auth=auth, token_verifier=StaticToken(token)
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

@@ -16,6 +16,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CreateMessageRequestParams,
     CreateMessageResult,
@@ -36,7 +37,7 @@ from mcp_celery.client import (
     TasksExtension,
     connect,
 )
-from tests.fastmcp_fixture import fastmcp_url  # noqa: F401  (a fixture)
+from tests.client_fixtures import TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
 from tests.listen_server import ListenServer
 from tests.support import ROOT, Process
 
@@ -290,3 +291,25 @@ def test_the_library_against_fastmcp_with_fastmcp_tasks(fastmcp_url: str, journa
 
     run(body)
     assert [(e.tool, e.status) for e in journal.entries()] == [("slow", "cancelled"), ("add", "completed")]
+
+
+def test_listen_over_http_behind_a_bearer_token(listen_url: str) -> None:  # noqa: F811
+    """The push path over Streamable HTTP (listen is an SSE response), and the token on every request."""
+    target = ServerTarget(url=listen_url)
+    extension = TasksExtension()
+
+    async def body() -> None:
+        async with connect(target, extension, token=TOKEN) as client:
+            handle = await extension.start(client, "later")
+            with anyio.fail_after(20):  # the server's pollIntervalMs is a minute: only a push ends this early
+                assert text(await handle.result()) == "pushed"
+            assert extension.state.may_listen(client.session)
+        with pytest.raises((MCPError, BaseExceptionGroup)) as refused:  # task groups may wrap it
+            async with connect(target, TasksExtension(), token="wrong") as client:
+                await client.call_tool("later")
+        error: BaseException = refused.value
+        while isinstance(error, BaseExceptionGroup):
+            error = error.exceptions[0]
+        assert isinstance(error, MCPError), error
+
+    run(body)

@@ -16,7 +16,7 @@ import pexpect
 import pytest
 
 from mcp_celery.client import Journal
-from tests.fastmcp_fixture import fastmcp_url  # noqa: F401  (a fixture)
+from tests.client_fixtures import TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
 from tests.support import ROOT, Process, wait_for
 
 CLI = [sys.executable, "-m", "mcp_celery"]
@@ -156,3 +156,9 @@ def test_call_against_fastmcp_with_fastmcp_tasks(
     task_id = Journal(journal_path).entries()[0].task_id
     code, out = cli(cli_env, "tasks", "get", task_id, "--json")
     assert code == EXIT_OK and json.loads(out)["status"] == "cancelled"
+
+
+def test_call_sends_the_token_and_gets_pushed_updates(listen_url: str, cli_env: dict[str, str]) -> None:  # noqa: F811
+    assert call("later", {}, ["--url", listen_url, "--token", TOKEN], cli_env) == (EXIT_OK, "pushed\n")
+    code, _ = call("later", {}, ["--url", listen_url, "--token", "wrong"], cli_env)
+    assert code == 2

@@ -1,4 +1,9 @@
-"""`fastmcp_url`: tests/fastmcp_server.py (FastMCP 4.1.4 + fastmcp-tasks 4.1.4) in bench/.venv-fastmcp.
+"""Servers for the client tests besides mcp-celery's own.
+
+`listen_url`: tests/listen_server.py over Streamable HTTP behind the bearer token `TOKEN`; it pushes
+`notifications/tasks` over `subscriptions/listen`.
+
+`fastmcp_url`: tests/fastmcp_server.py (FastMCP 4.1.4 + fastmcp-tasks 4.1.4) in bench/.venv-fastmcp.
 
 The virtualenv is created when missing (about 30 s from a warm package cache; its packages exclude this
 project's redis-py, so it cannot share our environment). The tests skip, saying why, only when creating
@@ -21,6 +26,7 @@ from tests.support import ROOT, Process, free_port, wait_for
 VENV = ROOT / "bench" / ".venv-fastmcp"
 PYTHON = VENV / "bin" / "python"
 PACKAGES = ["fastmcp==4.1.4", "fastmcp-tasks==4.1.4"]
+TOKEN = "client-tests-token"
 
 
 def _ensure_venv() -> str | None:
@@ -46,13 +52,25 @@ def fastmcp_url(logs: Path) -> Iterator[str]:
                      os.environ, logs / "fastmcp-server.log")  # fmt: skip
     url = f"http://127.0.0.1:{port}/mcp"
 
-    def ready() -> bool:
-        assert server.alive(), server.output()
-        try:
-            return httpx.post(url, json={}, timeout=1).status_code < 500
-        except httpx.TransportError:
-            return False
-
-    wait_for(ready, 60, 0.1, "the FastMCP server to answer")
+    wait_for(lambda: _answers(url, server), 60, 0.1, "the FastMCP server to answer")
     yield url
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def listen_url(logs: Path) -> Iterator[str]:
+    port = free_port()
+    args = [sys.executable, str(ROOT / "tests" / "listen_server.py"), str(port), TOKEN]
+    server = Process(args, {**os.environ, "PYTHONPATH": str(ROOT)}, logs / "listen-server.log")
+    url = f"http://127.0.0.1:{port}/mcp"
+    wait_for(lambda: _answers(url, server), 60, 0.1, "the listen server to answer")
+    yield url
+    server.stop()
+
+
+def _answers(url: str, server: Process) -> bool:
+    assert server.alive(), server.output()
+    try:
+        return httpx.post(url, json={}, timeout=1).status_code < 500
+    except httpx.TransportError:
+        return False
