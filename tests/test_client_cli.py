@@ -162,3 +162,19 @@ def test_call_sends_the_token_and_gets_pushed_updates(listen_url: str, cli_env: 
     assert call("later", {}, ["--url", listen_url, "--token", TOKEN], cli_env) == (EXIT_OK, "pushed\n")
     code, _ = call("later", {}, ["--url", listen_url, "--token", "wrong"], cli_env)
     assert code == 2
+
+
+def test_ctrl_c_during_a_question_asks_after_it_and_asks_the_question_again(
+    http_url: str, cli_env: dict[str, str]
+) -> None:
+    child = spawn(cli_env, "call", "ask_one", "--url", http_url)
+    child.expect(r"confirm.*\[y/n\]")
+    child.sendintr()
+    child.sendline("y")  # the prompt's thread cannot be interrupted: this answer is read, then dropped
+    child.expect(r"cancel the task\? \[Y/n\]")
+    child.sendline("n")
+    child.expect(r"Publish the model\?")  # not answered yet, so asked again
+    child.expect(r"\[y/n\]")
+    child.sendline("n")
+    child.expect("kept")
+    assert finish(child) == EXIT_OK
