@@ -68,7 +68,11 @@ def _token_file(given: str | None) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcp-celery", description="Celery jobs as MCP tools (SEP-2663 tasks).")
+    parser = argparse.ArgumentParser(
+        prog="mcp-celery",
+        description="Celery jobs as MCP tools (SEP-2663 tasks).",
+        epilog="client commands (any SEP-2663 server): mcp-celery call --help, mcp-celery tasks --help",
+    )
     parser.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("serve", help="serve the app's tools over MCP (stdio by default)")
@@ -96,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["call"], ["tasks"]):
+        from mcp_celery.client import _cli as client_cli  # lazily: the client commands need no server code
+
+        sys.exit(client_cli.main(argv))
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
     try:

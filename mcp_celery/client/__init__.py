@@ -1,6 +1,45 @@
-"""The client tier: a client library for SEP-2663 servers (this one or any other).
+"""A client for MCP servers that run tool calls as tasks (SEP-2663), this project's or any other.
 
-Imports `mcp` only, never celery or redis; `tests/test_layering.py` holds it to that.
+    extension = TasksExtension(journal=Journal(), target=ServerTarget(url=URL))
+    async with connect(extension.state.target, extension, elicitation_callback=ask) as client:
+        result = await client.call_tool("slow_compute", {"seconds": 5})      # waits the task out
+        handle = await extension.start(client, "slow_compute", {"seconds": 60})
+        print((await handle.status()).status_message)
+        await handle.cancel()
+
+Needs only `mcp`: importing it imports neither celery nor redis.
 """
 
-__all__: list[str] = []
+from mcp_celery.client._errors import (
+    NotATaskError,
+    TaskCancelledError,
+    TaskError,
+    TaskFailedError,
+    TaskInputError,
+)
+from mcp_celery.client._extension import TasksExtension, connect
+from mcp_celery.client._handle import TaskHandle, start_task
+from mcp_celery.client._journal import JOURNAL_ENV, Journal, JournalEntry, ServerTarget, default_journal_path
+from mcp_celery.client._wire import TASKS_EXTENSION_ID, TERMINAL_STATUSES, CreateTaskResult, DetailedTask, TaskStatus
+
+__all__ = [
+    "JOURNAL_ENV",
+    "TASKS_EXTENSION_ID",
+    "TERMINAL_STATUSES",
+    "CreateTaskResult",
+    "DetailedTask",
+    "Journal",
+    "JournalEntry",
+    "NotATaskError",
+    "ServerTarget",
+    "TaskCancelledError",
+    "TaskError",
+    "TaskFailedError",
+    "TaskHandle",
+    "TaskInputError",
+    "TaskStatus",
+    "TasksExtension",
+    "connect",
+    "default_journal_path",
+    "start_task",
+]

@@ -1,0 +1,249 @@
+"""`mcp-celery call` and `mcp-celery tasks list|get|wait|cancel`: the task client at a terminal. Wiring only.
+
+Exit status of `call` and `tasks wait`:
+
+    0  the task completed and the tool succeeded
+    1  the task completed with a tool error (`isError: true`)
+    2  usage error, or the server could not be reached or refused a request
+    3  the task failed (a JSON-RPC error)
+    4  the task was cancelled
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mcp_celery.client._errors import NotATaskError
+from mcp_celery.client._extension import TasksExtension, connect
+from mcp_celery.client._handle import TaskHandle
+from mcp_celery.client._journal import Journal, ServerTarget
+from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal
+from mcp_celery.client._wire import DetailedTask
+
+__all__ = ["main", "parser", "register"]
+
+TOKEN_ENV = "MCP_CELERY_TOKEN"
+EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_FAILED, EXIT_CANCELLED = 0, 1, 2, 3, 4
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser of `mcp-celery call|tasks ...`: the words after a `--` are not parsed (the stdio command)."""
+    root = argparse.ArgumentParser(prog="mcp-celery", description="A client for SEP-2663 task servers.")
+    root.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
+    register(root.add_subparsers(dest="command", required=True))
+    return root
+
+
+def register(commands: Any) -> None:
+    """Add `call` and `tasks` to an argparse subparsers object."""
+    call = commands.add_parser("call", help="call a tool as a task: progress, questions, Ctrl-C to cancel")
+    call.add_argument("tool")
+    call.add_argument("--args", default="{}", help="the tool's arguments as a JSON object")
+    call.add_argument("--url", help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    call.set_defaults(server_command=[])
+    call.epilog = "Start a stdio server instead of --url: mcp-celery call TOOL --args '{...}' -- COMMAND ARGS..."
+    _common(call)
+    tasks = commands.add_parser("tasks", help="the tasks in the local journal")
+    actions = tasks.add_subparsers(dest="action", required=True)
+    _common(actions.add_parser("list", help="the newest tasks, newest first"))
+    for action, text in (("get", "its status now"), ("wait", "wait for it as call does"), ("cancel", "cancel it")):
+        parser = actions.add_parser(action, help=text)
+        parser.add_argument("task_id", help="a task id from `tasks list` (a unique prefix is enough)")
+        _common(parser)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (default ${TOKEN_ENV})")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--journal", help="journal file (default $MCP_CELERY_CLIENT_JOURNAL or the data dir)")
+
+
+def main(argv: list[str]) -> int:
+    """Run `call ...` or `tasks ...` (argv without the program name); returns the exit status."""
+    server_command: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, server_command = argv[:at], argv[at + 1 :]
+    args = parser().parse_args(argv)
+    args.server_command = server_command
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    console = Console(stderr=True, soft_wrap=True)
+    try:
+        journal = Journal(args.journal)
+        if args.command == "call":
+            return anyio.run(_call, args, journal, console)
+        if args.action == "list":
+            return _list(journal, args.json)
+        return anyio.run(_task_command, args, journal, console)
+    except Exception as exc:  # the command's boundary: one line for the user; the traceback at --log-level DEBUG
+        console.print(f"mcp-celery: {escape(_describe(exc))}")
+        logging.getLogger(__name__).debug("the command failed", exc_info=True)
+    return EXIT_USAGE
+
+
+def _describe(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # task groups wrap what they raise
+        exc = exc.exceptions[0]
+    if isinstance(exc, KeyError):
+        return str(exc.args[0])
+    if isinstance(exc, MCPError):
+        return f"the server answered with error {exc.code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _target(args: argparse.Namespace) -> ServerTarget:
+    command = args.server_command
+    if bool(args.url) == bool(command):
+        raise ValueError("give either --url URL or -- COMMAND ARGS... (a stdio server)")
+    return ServerTarget(url=args.url) if args.url else ServerTarget(command=tuple(command), cwd=os.getcwd())
+
+
+async def _call(args: argparse.Namespace, journal: Journal, console: Console) -> int:
+    arguments = json.loads(args.args)
+    if not isinstance(arguments, dict):
+        raise ValueError("--args must be a JSON object")
+    target = _target(args)
+    extension = TasksExtension(journal=journal, target=target)
+    progress = Progress(console)
+    async with connect(target, extension, token=args.token, elicitation_callback=elicit_at_terminal(progress)) as c:
+        try:
+            handle = await extension.start(c, args.tool, arguments)
+        except NotATaskError as inline:
+            return _print_result(inline.result, args.json)
+        console.print(f"task [bold]{handle.task_id}[/] started (resume with: mcp-celery tasks wait {handle.task_id})")
+        return _report(await _watch(handle, progress), args.json, console)
+
+
+async def _task_command(args: argparse.Namespace, journal: Journal, console: Console) -> int:
+    entry = journal.get(args.task_id)
+    extension = TasksExtension(journal=journal, target=entry.target)
+    progress = Progress(console)
+    elicit = elicit_at_terminal(progress)
+    async with connect(entry.target, extension, token=args.token, elicitation_callback=elicit) as client:
+        handle = extension.attach(client, entry.task_id, entry.tool)
+        if args.action == "cancel":
+            await handle.cancel()
+            console.print(f"cancel requested for {entry.task_id}")
+            return EXIT_OK
+        if args.action == "get":
+            task = await handle.status()
+            print(_task_json(task) if args.json else _task_text(task))
+            return EXIT_OK
+        return _report(await _watch(handle, progress), args.json, console)
+
+
+async def _watch(handle: TaskHandle, progress: Progress) -> DetailedTask:
+    """Wait with the progress line; Ctrl-C asks whether to cancel the task, then keeps waiting for its end."""
+    with anyio.open_signal_receiver(signal.SIGINT) as interrupts:
+        async with progress.running():
+            while (final := await _wait_until_interrupted(handle, progress, interrupts)) is None:
+                if await ask_yes_no(progress, "cancel the task?"):
+                    await handle.cancel()
+                    progress.note = "cancel requested"
+            return final
+
+
+async def _wait_until_interrupted(
+    handle: TaskHandle, progress: Progress, interrupts: AsyncIterator[int]
+) -> DetailedTask | None:
+    """The final state, or None when Ctrl-C came first."""
+    final: list[DetailedTask] = []
+    async with anyio.create_task_group() as group:
+
+        async def wait() -> None:
+            final.append(await handle.wait(on_update=progress.update))
+            group.cancel_scope.cancel()
+
+        async def interrupted() -> None:
+            await anext(interrupts)
+            group.cancel_scope.cancel()
+
+        group.start_soon(wait)
+        group.start_soon(interrupted)
+        group.start_soon(progress.tick)
+    return final[0] if final else None
+
+
+def _report(task: DetailedTask, as_json: bool, console: Console) -> int:
+    """Print the final state (the DetailedTask with `--json`); returns the exit status for it."""
+    result = task.call_tool_result() if task.status == "completed" else None
+    if as_json:
+        print(_task_json(task))
+    elif task.status == "failed":
+        error = task.error
+        console.print(
+            f"[red]failed[/]: {error.message if error else task.status_message} ({error.code if error else ''})"
+        )
+    elif task.status == "cancelled":
+        console.print(f"[red]cancelled[/]{': ' + escape(task.status_message) if task.status_message else ''}")
+    elif result is not None:
+        _print_text(result)
+    if task.status == "cancelled":
+        return EXIT_CANCELLED
+    if result is None:  # failed, or a completed task without a result
+        return EXIT_FAILED
+    return EXIT_TOOL_ERROR if result.is_error else EXIT_OK
+
+
+def _print_result(result: CallToolResult, as_json: bool) -> int:
+    if as_json:
+        print(result.model_dump_json(by_alias=True, exclude_none=True))
+    else:
+        _print_text(result)
+    return EXIT_TOOL_ERROR if result.is_error else EXIT_OK
+
+
+def _print_text(result: CallToolResult) -> None:
+    texts = [block.text for block in result.content if isinstance(block, TextContent)]
+    if texts:
+        print("\n".join(texts))
+    elif result.structured_content is not None:
+        print(json.dumps(result.structured_content, indent=2))
+    if result.is_error:
+        print("(tool error)", file=sys.stderr)
+
+
+def _task_json(task: DetailedTask) -> str:
+    return task.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def _task_text(task: DetailedTask) -> str:
+    lines = [f"{task.task_id}  {task.status}  {task.status_message or ''}".rstrip()]
+    if task.status == "completed" and (result := task.call_tool_result()) is not None:
+        lines += [b.text for b in result.content if isinstance(b, TextContent)]
+    if task.error is not None:
+        lines.append(f"error {task.error.code}: {task.error.message}")
+    return "\n".join(lines)
+
+
+def _list(journal: Journal, as_json: bool) -> int:
+    entries = journal.entries()
+    if as_json:
+        rows = [{"taskId": e.task_id, "tool": e.tool, "status": e.status, "statusMessage": e.status_message,
+                 "createdAt": e.created_at, "target": e.target.describe()} for e in entries]  # fmt: skip
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    out = Console()
+    if not out.is_terminal:  # plain tab-separated lines for scripts: a table would be cut to the width
+        for e in entries:
+            print("\t".join([e.task_id, e.tool, e.status, e.status_message or "", e.created_at, e.target.describe()]))
+        return EXIT_OK
+    table = Table("task id", "tool", "status", "message", "created", "server", box=None)
+    for e in entries:
+        table.add_row(e.task_id, e.tool, e.status, e.status_message or "", e.created_at, e.target.describe())
+    out.print(table)
+    return EXIT_OK

@@ -1,0 +1,76 @@
+"""Servers for the client tests besides mcp-celery's own.
+
+`listen_url`: tests/listen_server.py over Streamable HTTP behind the bearer token `TOKEN`; it pushes
+`notifications/tasks` over `subscriptions/listen`.
+
+`fastmcp_url`: tests/fastmcp_server.py (FastMCP 4.1.4 + fastmcp-tasks 4.1.4) in bench/.venv-fastmcp.
+
+The virtualenv is created when missing (about 30 s from a warm package cache; its packages exclude this
+project's redis-py, so it cannot share our environment). The tests skip, saying why, only when creating
+it fails. Docket keeps its state in database 14 of the test Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import ROOT, Process, free_port, wait_for
+
+VENV = ROOT / "bench" / ".venv-fastmcp"
+PYTHON = VENV / "bin" / "python"
+PACKAGES = ["fastmcp==4.1.4", "fastmcp-tasks==4.1.4"]
+TOKEN = "client-tests-token"
+
+
+def _ensure_venv() -> str | None:
+    """None when the venv is ready, else why it could not be made."""
+    if PYTHON.exists():
+        return None
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True, timeout=120)
+        pip = [str(VENV / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
+        subprocess.run(pip, check=True, capture_output=True, timeout=600)
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"could not create {VENV} with {' '.join(PACKAGES)}: {exc}"
+    return None if PYTHON.exists() else f"{PYTHON} missing after the install"
+
+
+@pytest.fixture(scope="session")
+def fastmcp_url(logs: Path) -> Iterator[str]:
+    if (why := _ensure_venv()) is not None:
+        pytest.skip(why)
+    port = free_port()
+    redis_url = os.environ["TEST_RESULT_BACKEND"].rsplit("/", 1)[0] + "/14"  # conftest uses 12 and 13
+    server = Process([str(PYTHON), str(ROOT / "tests" / "fastmcp_server.py"), str(port), redis_url],
+                     os.environ, logs / "fastmcp-server.log")  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    wait_for(lambda: _answers(url, server), 60, 0.1, "the FastMCP server to answer")
+    yield url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def listen_url(logs: Path) -> Iterator[str]:
+    port = free_port()
+    args = [sys.executable, str(ROOT / "tests" / "listen_server.py"), str(port), TOKEN]
+    server = Process(args, {**os.environ, "PYTHONPATH": str(ROOT)}, logs / "listen-server.log")
+    url = f"http://127.0.0.1:{port}/mcp"
+    wait_for(lambda: _answers(url, server), 60, 0.1, "the listen server to answer")
+    yield url
+    server.stop()
+
+
+def _answers(url: str, server: Process) -> bool:
+    assert server.alive(), server.output()
+    try:
+        return httpx.post(url, json={}, timeout=1).status_code < 500
+    except httpx.TransportError:
+        return False
