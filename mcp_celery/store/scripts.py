@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX
 
-__all__ = ["ANSWER", "BEAT", "FREEZE", "POST_INPUTS"]
+__all__ = ["ANSWER", "BEAT", "FREEZE", "JOB_START", "POST_INPUTS"]
 
 # KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list, KEYS[4] the task's event channel.
 # ARGV[1] now (ms), ARGV[2] expiry of answers and bell (s), then key/answer pairs.
@@ -41,6 +41,19 @@ if redis.call('HSETNX', KEYS[1], '{FIELD.FINAL}', ARGV[1]) == 1 then
   redis.call('PUBLISH', KEYS[2], 'final')
 end
 return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
+"""
+
+# KEYS[1] task hash, KEYS[2] live sorted set. ARGV[1] record lifetime (s), ARGV[2] alive-until
+# (ms), ARGV[3] task id, then the names of the fields a starting job reads.
+# Returns those fields' values; for an MCP task (a record exists) also restarts the record's
+# lifetime and beats once. A plain Celery call of the same task has no record and writes nothing.
+JOB_START = f"""
+local values = redis.call('HMGET', KEYS[1], unpack(ARGV, 4))
+if redis.call('EXPIRE', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[2])
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+end
+return values
 """
 
 # KEYS[1] task hash, KEYS[2] live sorted set. ARGV[1] alive-until (ms), ARGV[2] task id.

@@ -45,6 +45,7 @@ class SyncStore:
         self.meta_key = meta_key
         self._post = client.register_script(scripts.POST_INPUTS)
         self._beat = client.register_script(scripts.BEAT)
+        self._job_start = client.register_script(scripts.JOB_START)
 
     def job_started(self, task_id: str, alive_until_ms: int) -> TaskRecord | None:
         """The record a starting job needs, or None when the job was not started through MCP.
@@ -52,12 +53,8 @@ class SyncStore:
         Also restarts the record's lifetime, so that a job that waited long in the queue still
         has TTL plus the longest job ahead of it (a running task never expires), and beats once.
         """
-        key = self.keys.task(task_id)
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(key, list(JOB_FIELDS))
-            pipe.expire(key, self.lifetimes.live_s)  # a no-op when there is no record
-            self._beat(keys=[key, self.keys.live()], args=[alive_until_ms, task_id], client=pipe)
-            values, _, _ = pipe.execute()
+        keys = [self.keys.task(task_id), self.keys.live()]
+        values = self._job_start(keys=keys, args=[self.lifetimes.live_s, alive_until_ms, task_id, *JOB_FIELDS])
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
 
