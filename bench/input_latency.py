@@ -67,13 +67,16 @@ class Probe:
         raw = self.results.get(key)
         return None if raw is None else str(self.backend.decode(raw).get("status"))
 
+    def status_in(self, task_id: str, statuses: tuple[str, ...]) -> dict[str, Any] | None:
+        """The task's tasks/get answer if its status is one of `statuses`, else None."""
+        task = self.client.get(task_id)
+        return task if task["status"] in statuses else None
+
     def park_a_job(self) -> tuple[str, Any, str]:
         """Start ask_one and wait until its job waits for the answer; returns (task id, meta key, input key)."""
         task_id = self.client.start("ask_one", {})
         meta_key = self.backend.get_key_for_task(task_id)
-        task = wait_for(
-            lambda: (t := self.client.get(task_id))["status"] == "input_required" and t, 30, 0.005, "input_required"
-        )
+        task = wait_for(lambda: self.status_in(task_id, ("input_required",)), 30, 0.005, "input_required")
         (key,) = task["inputRequests"]
         wait_for(lambda: self.meta_status(meta_key) == "INPUT_REQUIRED", 30, 0.002, "the job to park")
         return task_id, meta_key, key
@@ -101,7 +104,7 @@ class Probe:
                 raise RuntimeError(f"task {task_id}: the job did not continue within 30 s")
         sender.join(30)
         assert "ack" in sent, "tasks/update got no answer"
-        done = wait_for(lambda: (t := self.client.get(task_id))["status"] in TERMINAL and t, 30, 0.05, "the end")
+        done = wait_for(lambda: self.status_in(task_id, TERMINAL), 30, 0.05, "the task to end")
         assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "published", done
         return t1 - sent["t0"], sent["ack"] - sent["t0"], t1 < sent["ack"]
 

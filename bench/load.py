@@ -64,8 +64,9 @@ class LoadResult:
 Op = Callable[[httpx.AsyncClient, int], Awaitable[Any]]
 
 
-async def _warm_up(op: Op, clients: list[httpx.AsyncClient], seq: itertools.count[int], seconds: float,
-                   res: LoadResult) -> None:  # fmt: skip
+async def _warm_up(
+    op: Op, clients: list[httpx.AsyncClient], seq: itertools.count[int], seconds: float, res: LoadResult
+) -> None:
     """Run `op` unrecorded for `seconds` (this also opens every keep-alive connection)."""
     end = time.monotonic() + seconds
 
@@ -80,8 +81,16 @@ async def _warm_up(op: Op, clients: list[httpx.AsyncClient], seq: itertools.coun
     await asyncio.gather(*(warm(c) for c in clients))
 
 
-async def _record(op: Op, clients: list[httpx.AsyncClient], seq: itertools.count[int], res: LoadResult,
-                  end: float, hard_end: float, count: int | None, max_errors: int) -> None:  # fmt: skip
+async def _record(
+    op: Op,
+    clients: list[httpx.AsyncClient],
+    seq: itertools.count[int],
+    res: LoadResult,
+    end: float,
+    hard_end: float,
+    count: int | None,
+    max_errors: int,
+) -> None:
     """Run `op` on every client until `end` (or `count` ops in total), appending each latency to `res`."""
     remaining = [count] if count is not None else None
 

@@ -48,8 +48,15 @@ class Machine:
 
     @classmethod
     def collect(cls, redis_version: str) -> Machine:
-        return cls(_proc_field("/proc/cpuinfo", "model name"), os.cpu_count(), _memory(), platform.python_version(),
-                   redis_version, platform.platform(), {pkg: _version(pkg) for pkg in PACKAGES})  # fmt: skip
+        return cls(
+            cpu=_proc_field("/proc/cpuinfo", "model name"),
+            cores=os.cpu_count(),
+            memory=_memory(),
+            python=platform.python_version(),
+            redis_server=redis_version,
+            os=platform.platform(),
+            packages={pkg: _version(pkg) for pkg in PACKAGES},
+        )
 
 
 def _proc_field(path: str, name: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.results import Results, Window
+from bench.results import ABFigures, Results, ScalingFigures, Window
 
 Row = tuple[str, str, str, str, str]  # metric, floor / ceiling, ours, raw Celery, FastMCP
 HEAD: Row = ("metric", "floor / ceiling", "ours (mcp-celery)", "raw Celery", "FastMCP 4.1.4")
@@ -64,60 +64,105 @@ def baseline_rows(r: Results) -> list[Row]:
     return rows
 
 
+def row(metric: str, floor: str = "", ours: str = "", raw: str = "", fastmcp: str = "") -> Row:
+    return (metric, floor, ours, raw, fastmcp)
+
+
 def job_rows(r: Results) -> list[Row]:
     """End to end, the synchronous path, and the Redis cost per job and per tasks/get."""
     fl, ou, fm, raw = r.floor, r.ours, r.fastmcp, r.raw
     return [
-        ("e2e trivial job, tasks/s (MCP: c=16 create+poll; raw: publish N then get all)", "", rate(ou.e2e_c16),
-         fmt(raw.e2e_tasks_per_s, "{:.0f}"), rate(fm.e2e_c16)),
-        ("e2e per-task latency c=16 p50 / p95 ms", "", p50_p95(ou.e2e_c16), "", p50_p95(fm.e2e_c16)),
-        ("sync path (no extension) c=1 p50 / p95 ms; raw: delay().get()", p50_p95(fl.call_c1), p50_p95(ou.sync_c1),
-         f"{fmt(raw.roundtrip_p50_ms)} / {fmt(raw.roundtrip_p95_ms)}", p50_p95(fm.sync_c1)),
-        ("Redis cmds per job (create + worker, idle-corrected)", "", fmt(ou.cmds_per_task, "{:.1f}"),
-         fmt(raw.cmds_per_task, "{:.1f}"), fmt(fm.cmds_per_task, "{:.1f}")),
-        ("Redis cmds per tasks/get (raw: per .state read)", "", fmt(ou.cmds_per_get), fmt(raw.cmds_per_state_read),
-         fmt(fm.cmds_per_get)),
-        ("Redis round trips per tasks/get", "", fmt(ou.round_trips_per_get), "", fmt(fm.round_trips_per_get)),
-        ("Redis used_memory per finished task, B", "", fmt(ou.mem_per_task_bytes, "{:.0f}"),
-         fmt(raw.mem_per_task_bytes, "{:.0f}"), fmt(fm.mem_per_task_bytes, "{:.0f}")),
-    ]  # fmt: skip
+        row(
+            "e2e trivial job, tasks/s (MCP: c=16 create+poll; raw: publish N then get all)",
+            ours=rate(ou.e2e_c16),
+            raw=fmt(raw.e2e_tasks_per_s, "{:.0f}"),
+            fastmcp=rate(fm.e2e_c16),
+        ),
+        row("e2e per-task latency c=16 p50 / p95 ms", ours=p50_p95(ou.e2e_c16), fastmcp=p50_p95(fm.e2e_c16)),
+        row(
+            "sync path (no extension) c=1 p50 / p95 ms; raw: delay().get()",
+            floor=p50_p95(fl.call_c1),
+            ours=p50_p95(ou.sync_c1),
+            raw=f"{fmt(raw.roundtrip_p50_ms)} / {fmt(raw.roundtrip_p95_ms)}",
+            fastmcp=p50_p95(fm.sync_c1),
+        ),
+        row(
+            "Redis cmds per job (create + worker, idle-corrected)",
+            ours=fmt(ou.cmds_per_task, "{:.1f}"),
+            raw=fmt(raw.cmds_per_task, "{:.1f}"),
+            fastmcp=fmt(fm.cmds_per_task, "{:.1f}"),
+        ),
+        row(
+            "Redis cmds per tasks/get (raw: per .state read)",
+            ours=fmt(ou.cmds_per_get),
+            raw=fmt(raw.cmds_per_state_read),
+            fastmcp=fmt(fm.cmds_per_get),
+        ),
+        row("Redis round trips per tasks/get", ours=fmt(ou.round_trips_per_get), fastmcp=fmt(fm.round_trips_per_get)),
+        row(
+            "Redis used_memory per finished task, B",
+            ours=fmt(ou.mem_per_task_bytes, "{:.0f}"),
+            raw=fmt(raw.mem_per_task_bytes, "{:.0f}"),
+            fastmcp=fmt(fm.mem_per_task_bytes, "{:.0f}"),
+        ),
+    ]
+
+
+def ab_cells(ab: ABFigures | None) -> tuple[str, str]:
+    """The A/B verdict (pooled p50s, ratio, CI) and the spread of its per-round figures."""
+    spec = "{:.3f}"
+    verdict = (
+        f"{fmt(ab and ab.big_p50_ms, spec)} / {fmt(ab and ab.small_p50_ms, spec)} = {fmt(ab and ab.ratio, spec)}× "
+        f"({fmt(ab and ab.ci_low, spec)}–{fmt(ab and ab.ci_high, spec)}×)"
+    )
+    if not (ab and ab.big_round_p50s_ms and ab.small_round_p50s_ms and ab.round_ratios):
+        return verdict, "n/a"
+    rb, rs, rr = ab.big_round_p50s_ms, ab.small_round_p50s_ms, ab.round_ratios
+    rounds = (
+        f"{min(rb):.2f}–{max(rb):.2f} / {min(rs):.2f}–{max(rs):.2f}; "
+        f"{min(rr):.2f}–{statistics.median(rr):.2f}–{max(rr):.2f}"
+    )
+    return verdict, rounds
 
 
 def scaling_rows(r: Results) -> list[Row]:
     """Stored-task scaling (ours): the interleaved A/B verdict and its supporting windows."""
-    s, ou = r.ours.scaling, r.ours
-    ab = s.ab if s else None
-    total = s.stored_total if s and s.stored_total is not None else 0
-    small_stored = ab.small_stored if ab else 0
-    spec = "{:.3f}"
-    ab_cell = (
-        f"{fmt(ab and ab.big_p50_ms, spec)} / {fmt(ab and ab.small_p50_ms, spec)} = {fmt(ab and ab.ratio, spec)}× "
-        f"({fmt(ab and ab.ci_low, spec)}–{fmt(ab and ab.ci_high, spec)}×)"
-    )
-    rounds_cell = "n/a"
-    if ab and ab.big_round_p50s_ms and ab.small_round_p50s_ms and ab.round_ratios:
-        rb, rs, rr = ab.big_round_p50s_ms, ab.small_round_p50s_ms, ab.round_ratios
-        rounds_cell = (
-            f"{min(rb):.2f}–{max(rb):.2f} / {min(rs):.2f}–{max(rs):.2f}; "
-            f"{min(rr):.2f}–{statistics.median(rr):.2f}–{max(rr):.2f}"
-        )
-    real = s.real_tasks_stored if s and s.real_tasks_stored is not None else 1000
+    ou = r.ours
+    s = ou.scaling or ScalingFigures()
+    ab = s.ab
+    total = s.stored_total or 0
+    real = s.real_tasks_stored if s.real_tasks_stored is not None else 1000
+    verdict, rounds = ab_cells(ab)
     us = "{:.0f}"
     return [
-        (f"tasks/get c=1 p50 ms, interleaved A/B: {total:,} / {small_stored:,} stored (big / small = ratio, 95% CI)",
-         "", ab_cell, "", ""),
-        (f"  interleaved A/B per-round p50 min–max ms ({ab.rounds if ab else 0} rounds × {ab.slice_s if ab else 0:g} s "
-         "per side): big / small; per-round ratio min–median–max", "", rounds_cell, "", ""),
-        (f"tasks/get c=1 p50 ms @ ~{real:,} stored (before / after the fill)", "",
-         f"{fmt(_p50(ou.get_c1))} / {fmt(_p50(s.get_1k_after_c1) if s else None)}", "", fmt(_p50(r.fastmcp.get_c1))),
-        (f"tasks/get c=1 p50 ms @ {total:,} stored (real ids / synthetic ids)", "",
-         f"{fmt(_p50(s.get_1m_c1) if s else None)} / {fmt(_p50(s.get_1m_synthetic_c1) if s else None)}", "", ""),
-        ("Redis-level read of one task (pipelined, sync client) p50 µs @ ~1k / 1M / 1M after the windows", "",
-         f"{fmt(s and s.redis_read_1k_us, us)} / {fmt(s and s.redis_read_1m_us, us)} / "
-         f"{fmt(s and s.redis_read_1m_after_us, us)}", "", ""),
-        ("sync path: Redis cmds / new Redis connections per call", "",
-         f"{fmt(ou.sync_cmds_per_call, '{:.1f}')} / {fmt(ou.sync_new_conns_per_call)}", "", ""),
-    ]  # fmt: skip
+        row(
+            f"tasks/get c=1 p50 ms, interleaved A/B: {total:,} / {ab.small_stored if ab else 0:,} stored "
+            "(big / small = ratio, 95% CI)",
+            ours=verdict,
+        ),
+        row(
+            f"  interleaved A/B per-round p50 min–max ms ({ab.rounds if ab else 0} rounds × "
+            f"{ab.slice_s if ab else 0:g} s per side): big / small; per-round ratio min–median–max",
+            ours=rounds,
+        ),
+        row(
+            f"tasks/get c=1 p50 ms @ ~{real:,} stored (before / after the fill)",
+            ours=f"{fmt(_p50(ou.get_c1))} / {fmt(_p50(s.get_1k_after_c1))}",
+            fastmcp=fmt(_p50(r.fastmcp.get_c1)),
+        ),
+        row(
+            f"tasks/get c=1 p50 ms @ {total:,} stored (real ids / synthetic ids)",
+            ours=f"{fmt(_p50(s.get_1m_c1))} / {fmt(_p50(s.get_1m_synthetic_c1))}",
+        ),
+        row(
+            "Redis-level read of one task (pipelined, sync client) p50 µs @ ~1k / 1M / 1M after the windows",
+            ours=f"{fmt(s.redis_read_1k_us, us)} / {fmt(s.redis_read_1m_us, us)} / {fmt(s.redis_read_1m_after_us, us)}",
+        ),
+        row(
+            "sync path: Redis cmds / new Redis connections per call",
+            ours=f"{fmt(ou.sync_cmds_per_call, '{:.1f}')} / {fmt(ou.sync_new_conns_per_call)}",
+        ),
+    ]
 
 
 def results_table(r: Results) -> str:

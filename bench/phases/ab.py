@@ -107,9 +107,15 @@ async def ab_slices(
 
 
 async def one_slice(
-    client: httpx.AsyncClient, url: str, pick: Callable[[], str], seconds: float, skip: int, side: str,
-    errors: dict[str, int], first_err: list[str],
-) -> list[float]:  # fmt: skip
+    client: httpx.AsyncClient,
+    url: str,
+    pick: Callable[[], str],
+    seconds: float,
+    skip: int,
+    side: str,
+    errors: dict[str, int],
+    first_err: list[str],
+) -> list[float]:
     """tasks/get back to back on one server for `seconds`; every answer must say `completed`."""
     lat: list[float] = []
     k = 0
