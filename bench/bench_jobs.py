@@ -44,7 +44,7 @@ def stamps(ctx: mcp_celery.JobContext, count: int = 100, interval_s: float = 0.0
     return count
 
 
-@mcp_celery.tool(app, task="required")
+@mcp_celery.tool(app, task_mode="required")
 def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
     """Ask for a confirmation, then answer how it went (the input round trip the probe times)."""
     answer = ctx.elicit("Publish the model?", CONFIRM, timeout=timeout)
