@@ -1,7 +1,10 @@
-"""The Celery app the benchmark runs: `noop` as an mcp-celery tool and `raw_noop` as a plain Celery task.
+"""The Celery app the benchmark runs: `noop` as an mcp-celery tool, `raw_noop` as a plain Celery task,
+`stamps`, a tool that reports the time as its status (for `python -m bench.push`), and `ask_one`, a tool
+that asks its client one question (for `python -m bench.input_latency`).
 
-Both share one app and so one configuration (`mcp_celery.configure_app`): raw Celery is measured with
-the same worker settings as ours. Broker and backend come from BENCH_REDIS_URL (set by `python -m bench`).
+All share one app and so one configuration (`mcp_celery.configure_app`): raw Celery is measured with
+the same worker settings as ours. Broker and backend are db 0 of BENCH_REDIS_URL (set by `python -m
+bench`), unless BENCH_BROKER_URL / BENCH_BACKEND_URL name other databases.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ from celery import Celery
 import mcp_celery
 
 REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+BROKER = os.environ.get("BENCH_BROKER_URL", f"{REDIS}/0")
+BACKEND = os.environ.get("BENCH_BACKEND_URL", f"{REDIS}/0")
+CONFIRM = {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}
 
-app = Celery("bench_jobs", broker=f"{REDIS}/0", backend=f"{REDIS}/0")
+app = Celery("bench_jobs", broker=BROKER, backend=BACKEND)
 mcp_celery.configure_app(app)
 
 
@@ -36,3 +42,12 @@ def stamps(ctx: mcp_celery.JobContext, count: int = 100, interval_s: float = 0.0
         ctx.status(f"t={time.time():.6f}")
         time.sleep(interval_s)
     return count
+
+
+@mcp_celery.tool(app, task_mode="required")
+def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
+    """Ask for a confirmation, then answer how it went (the input round trip the probe times)."""
+    answer = ctx.elicit("Publish the model?", CONFIRM, timeout=timeout)
+    if answer.action != "accept":
+        return f"user chose {answer.action}"
+    return "published" if (answer.content or {}).get("confirm") else "kept"

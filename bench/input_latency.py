@@ -1,10 +1,10 @@
 """Input round-trip latency: from sending `tasks/update` to the waiting job carrying on.
 
-    python -m bench.input_latency [--runs 50] [--redis redis://127.0.0.1:6379]
+    python -m bench.input_latency [--runs 50] [--warmup 3] [--redis redis://HOST:PORT]
 
-Starts its own prefork worker and `mcp-celery serve --http` (as the test fixtures do, with the
-helpers of tests/support.py) on Redis databases 14 (broker) and 15 (results and records),
-flushed first, so it does not disturb the test suite on 12/13. Then, `--runs` times:
+Starts a prefork worker (-c 4) and `mcp-celery serve --http` for `bench.bench_jobs` over Redis
+databases 14 (broker) and 15 (results and records), flushed first: of a private redis-server it
+starts itself, or of the server `--redis` names. Then, `--runs` times:
 
 1. `tools/call ask_one` (a task), poll `tasks/get` until it is `input_required`, and poll
    Celery's result meta until the job has parked itself in the INPUT_REQUIRED state;
@@ -22,14 +22,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import redis
+
+from bench.procs import LOGS, ROOT, start_ours_server, start_worker, wait_worker
+from bench.redis_tools import BenchRedis
+from bench.rpc import TASKS_EXT, SyncClient
+from mcp_celery._processes import wait_for
+
 BROKER_DB, BACKEND_DB = 14, 15
+TERMINAL = ("completed", "failed", "cancelled")
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -47,72 +55,48 @@ def _summary(name: str, values: list[float]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.input_latency", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379", help="Redis server (DBs 14 and 15 are used)")
-    args = parser.parse_args(argv)
+@dataclass
+class Probe:
+    """One server, its jobs' result backend, and the rounds of the measurement."""
 
-    base = args.redis.rstrip("/")
-    # Before tests.sample_jobs is imported: it reads these when it builds its Celery app.
-    os.environ["TEST_BROKER_URL"] = f"{base}/{BROKER_DB}"
-    os.environ["TEST_RESULT_BACKEND"] = f"{base}/{BACKEND_DB}"
+    client: SyncClient
+    results: redis.Redis  # the result backend db: the Celery meta keys live there
+    backend: Any  # the app's Celery backend: meta key names and their decoding
 
-    import redis
+    def meta_status(self, key: Any) -> str | None:
+        raw = self.results.get(key)
+        return None if raw is None else str(self.backend.decode(raw).get("status"))
 
-    from tests import sample_jobs
-    from tests.support import ROOT, HttpClient, Process, caps, free_port, start_worker, wait_for
+    def status_in(self, task_id: str, statuses: tuple[str, ...]) -> dict[str, Any] | None:
+        """The task's tasks/get answer if its status is one of `statuses`, else None."""
+        task = self.client.get(task_id)
+        return task if task["status"] in statuses else None
 
-    results = redis.Redis.from_url(os.environ["TEST_RESULT_BACKEND"])
-    redis.Redis.from_url(os.environ["TEST_BROKER_URL"]).flushdb()
-    results.flushdb()
-
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    logs = Path(tempfile.mkdtemp(prefix="input-latency-"))
-    worker = start_worker(env, logs / "worker.log", name="input-latency")
-    port = free_port()
-    server = Process(
-        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--port", str(port)],
-        env,
-        logs / "http-server.log",
-    )
-    client = HttpClient(f"http://127.0.0.1:{port}/mcp")
-    backend: Any = sample_jobs.app.backend
-    elicit = caps(elicitation={})
-
-    def server_up() -> bool:
-        assert server.alive(), server.output()
-        try:
-            return client.http.post(client.url, json={}, timeout=1).status_code < 500
-        except Exception:  # noqa: BLE001
-            return False
-
-    def meta_status(key: Any) -> str | None:
-        raw = results.get(key)
-        return None if raw is None else str(backend.decode(raw).get("status"))
-
-    def one_round() -> tuple[float, float, bool]:
-        task_id = client.start("ask_one", **elicit)
-        meta_key = backend.get_key_for_task(task_id)
-        task = wait_for(
-            lambda: (t := client.get(task_id))["status"] == "input_required" and t, 30, 0.005, "input_required"
-        )
+    def park_a_job(self) -> tuple[str, Any, str]:
+        """Start ask_one and wait until its job waits for the answer; returns (task id, meta key, input key)."""
+        task_id = self.client.start("ask_one", {})
+        meta_key = self.backend.get_key_for_task(task_id)
+        task = wait_for(lambda: self.status_in(task_id, ("input_required",)), 30, 0.005, "input_required")
         (key,) = task["inputRequests"]
-        wait_for(lambda: meta_status(meta_key) == "INPUT_REQUIRED", 30, 0.002, "the job to park")
+        wait_for(lambda: self.meta_status(meta_key) == "INPUT_REQUIRED", 30, 0.002, "the job to park")
+        return task_id, meta_key, key
+
+    def one_round(self) -> tuple[float, float, bool]:
+        """(job continues - t0, ack - t0, whether the job continued before the ack)."""
+        task_id, meta_key, key = self.park_a_job()
         answer = {"taskId": task_id, "inputResponses": {key: {"action": "accept", "content": {"confirm": True}}}}
         sent: dict[str, float] = {}
 
         def send() -> None:
             sent["t0"] = time.perf_counter()
-            client.result("tasks/update", answer)
+            self.client.result("tasks/update", answer, task_id)
             sent["ack"] = time.perf_counter()
 
         sender = threading.Thread(target=send)
         sender.start()  # the GET loop below runs while the update is in flight
         deadline = time.perf_counter() + 30
         while True:
-            status = meta_status(meta_key)
+            status = self.meta_status(meta_key)
             t1 = time.perf_counter()
             if status != "INPUT_REQUIRED":
                 break
@@ -120,26 +104,70 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"task {task_id}: the job did not continue within 30 s")
         sender.join(30)
         assert "ack" in sent, "tasks/update got no answer"
-        done = client.wait(task_id, timeout=30)
+        done = wait_for(lambda: self.status_in(task_id, TERMINAL), 30, 0.05, "the task to end")
         assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "published", done
         return t1 - sent["t0"], sent["ack"] - sent["t0"], t1 < sent["ack"]
 
+
+@contextmanager
+def redis_base(url: str | None) -> Iterator[str]:
+    """The Redis server to use: `url`, or a private one started (and stopped) here."""
+    if url:
+        yield url.rstrip("/")
+        return
+    private = BenchRedis("redis-input-latency")
+    private.start()
     try:
-        wait_for(server_up, 30, 0.1, "the HTTP server")
+        yield private.url
+    finally:
+        private.stop()
+
+
+@contextmanager
+def probe_on(base: str) -> Iterator[Probe]:
+    """Flush DBs 14/15 of `base`, start a worker and the HTTP server over them, stop both at the end."""
+    broker, backend = f"{base}/{BROKER_DB}", f"{base}/{BACKEND_DB}"
+    os.environ["BENCH_BROKER_URL"], os.environ["BENCH_BACKEND_URL"] = broker, backend  # before bench_jobs loads
+    from bench import bench_jobs
+
+    results = redis.Redis.from_url(backend)
+    redis.Redis.from_url(broker).flushdb()
+    results.flushdb()
+    env = {"BENCH_BROKER_URL": broker, "BENCH_BACKEND_URL": backend}
+    worker = start_worker(base, "worker-input-latency", concurrency=4, env=env)
+    server = None
+    try:
+        server, url = start_ours_server(base, "server-input-latency", env=env)
+        wait_worker(bench_jobs.app, worker)
+        client = SyncClient(url, {"extensions": {TASKS_EXT: {}}, "elicitation": {}})
+        try:
+            yield Probe(client, results, bench_jobs.app.backend)
+        finally:
+            client.close()
+    finally:
+        if server is not None:
+            server.stop()
+        worker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.input_latency", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    parser.add_argument("--redis", default=None, help="use this Redis server (DBs 14 and 15) instead of a private one")
+    args = parser.parse_args(argv)
+
+    cont: list[float] = []
+    acks: list[float] = []
+    early = 0
+    with redis_base(args.redis) as base, probe_on(base) as probe:
         for _ in range(args.warmup):
-            one_round()
-        cont: list[float] = []
-        acks: list[float] = []
-        early = 0
+            probe.one_round()
         for _ in range(args.runs):
-            c, a, before = one_round()
+            c, a, before = probe.one_round()
             cont.append(c)
             acks.append(a)
             early += before
-    finally:
-        client.close()
-        server.stop()
-        worker.stop()
 
     print(f"input round-trip latency, {args.runs} runs of ask_one (after {args.warmup} warm-up runs)")
     print(f"  worker: prefork -c 4, server: mcp-celery serve --http (stateless JSON), Redis {base} DBs 14/15")
@@ -149,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     print("  " + _summary("tasks/update -> job continues", cont))
     print("  " + _summary("tasks/update HTTP round trip", acks))
     print(f"  the job carried on before the client had the ack in {early}/{args.runs} runs")
-    print(f"  logs: {logs.relative_to(ROOT) if logs.is_relative_to(ROOT) else logs}")
+    print(f"  logs: {LOGS.relative_to(ROOT)}/*input-latency.log")
     return 0
 
 

@@ -30,8 +30,10 @@ from typing import Any
 
 import httpx
 
-from bench.load import _parse, request
-from bench.procs import BENCH, MY_SESSIONS, BenchRedis, Proc, spare_port, start, wait_port
+from bench.procs import BENCH, MY_SESSIONS, start, start_http_server
+from bench.redis_tools import BenchRedis
+from bench.rpc import parse, request
+from mcp_celery._processes import Process, free_port
 
 POLL_S = 0.005
 GOALS = {"literal": 1.5, "regex": 2.0}  # allowed time relative to grep -F -c / grep -E -c
@@ -92,8 +94,8 @@ def generate_log(path: Path, size: int, seed: int = 1) -> int:
 @dataclass
 class Stack:
     redis: BenchRedis
-    worker: Proc
-    server: Proc
+    worker: Process
+    server: Process
     url: str
 
     def stop(self) -> None:
@@ -114,11 +116,11 @@ def start_stack(log_root: Path) -> Stack:
     }
     worker_args = ["-m", "celery", "-A", "jobs", "worker", "-P", "prefork", "-c", "2", "--without-gossip"]
     worker = start("logsearch-worker", [sys.executable, *worker_args, "--without-mingle", "-l", "INFO"], env)
-    port = spare_port()
-    server = start("logsearch-server", [sys.executable, "-m", "mcp_celery", "serve", "-A", "jobs", "--http",
-                                        "--port", str(port)], env)  # fmt: skip
-    wait_port(port, 60, server.popen)
-    stack = Stack(bench_redis, worker, server, f"http://127.0.0.1:{port}/mcp")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    server_args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "jobs", "--http", "--port", str(port)]
+    server = start_http_server("logsearch-server", server_args, url, env)
+    stack = Stack(bench_redis, worker, server, url)
     deadline = time.monotonic() + 60
     while "ready." not in worker.log.read_text(errors="replace"):
         if time.monotonic() > deadline or not worker.alive():
@@ -137,7 +139,7 @@ class Caller:
 
     def rpc(self, method: str, params: dict[str, Any], name: str, declare: bool = True) -> dict[str, Any]:
         headers, body = request(method, params, name, declare)
-        return _parse(self.http.post(self.url, content=body, headers=headers))
+        return parse(self.http.post(self.url, content=body, headers=headers))
 
     def as_task(self, args: dict[str, Any]) -> tuple[float, dict[str, Any]]:
         started = time.perf_counter()

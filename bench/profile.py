@@ -20,9 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench import load
-from bench.__main__ import create_many, e2e_op, start_worker, wait_http, wait_worker
-from bench.procs import LOGS, BenchRedis, spare_port, start, wait_port
+from bench import load, rpc
+from bench.procs import LOGS, start_ours_server, start_worker, wait_worker
+from bench.redis_tools import BenchRedis
+from bench.task_ops import create_many, e2e_op, get_op
 
 
 def summarize(collapsed: Path, top: int = 40) -> str:
@@ -50,23 +51,25 @@ def summarize(collapsed: Path, top: int = 40) -> str:
 
 
 async def drive(what: str, url: str, seconds: float, conc: int) -> load.LoadResult:
+    op: load.Op
     if what == "create":
-
-        async def op(c, i):  # type: ignore[no-untyped-def]
-            await load.call_tool(c, url, "noop", {"x": i})
+        op = lambda c, i: rpc.call_tool(c, url, "noop", {"x": i})  # noqa: E731
     elif what == "sync":
-
-        async def op(c, i):  # type: ignore[no-untyped-def]
-            await load.call_tool(c, url, "noop", {"x": i}, declare=False)
+        op = lambda c, i: rpc.call_tool(c, url, "noop", {"x": i}, declare=False)  # noqa: E731
     elif what == "get":
         ids = await create_many(url, 500, 4)
-        await asyncio.sleep(2)
-
-        async def op(c, i):  # type: ignore[no-untyped-def]
-            await load.tasks_get(c, url, ids[i % len(ids)])
+        await asyncio.sleep(2)  # let the worker finish them: tasks/get then reads finished tasks
+        op = get_op(url, ids)
     else:
-        op = await e2e_op(url)
+        op = e2e_op(url)
     return await load.run_load(op, conc, duration=seconds, warmup=1.0, deadline=seconds + 120)
+
+
+def start_py_spy(pyspy: str, pid: int, rate: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid` (and its threads) into `out`, collapsed raw stacks, for `seconds`."""
+    argv = [pyspy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw", "--output", str(out)]
+    argv += ["--duration", str(int(seconds)), "--nonblocking"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def main() -> None:
@@ -82,53 +85,16 @@ def main() -> None:
     rds = BenchRedis()
     rds.start()
     os.environ["BENCH_REDIS_URL"] = rds.url
-    from bench import bench_jobs
+    from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL
 
-    port = spare_port()
     w = start_worker(rds.url, "worker-prof")
-    mcpc = shutil.which("mcp-celery")
-    s = start(
-        "ours-prof",
-        [
-            mcpc or sys.executable,
-            *([] if mcpc else ["-m", "mcp_celery"]),
-            "serve",
-            "-A",
-            "bench.bench_jobs",
-            "--http",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        env={"BENCH_REDIS_URL": rds.url},
-    )
+    s = None
     out = LOGS / f"profile-{a.what}.txt"
     spy = None
     try:
+        s, url = start_ours_server(rds.url, "ours-prof")
         wait_worker(bench_jobs.app, w)
-        wait_port(port, 30, s.popen)
-        url = f"http://127.0.0.1:{port}/mcp"
-        asyncio.run(wait_http(url, 20, s))
-        spy = subprocess.Popen(
-            [
-                pyspy,
-                "record",
-                "--pid",
-                str(s.pid),
-                "--rate",
-                str(a.rate),
-                "--format",
-                "raw",
-                "--output",
-                str(out),
-                "--duration",
-                str(int(a.seconds + 3)),
-                "--nonblocking",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        spy = start_py_spy(pyspy, s.pid, a.rate, out, a.seconds + 3)
         time.sleep(0.5)
         res = asyncio.run(drive(a.what, url, a.seconds, a.concurrency))
         print(f"{a.what}: {res.summary()}")
@@ -139,7 +105,8 @@ def main() -> None:
     finally:
         if spy is not None and spy.poll() is None:
             spy.terminate()
-        s.stop()
+        if s is not None:
+            s.stop()
         w.stop()
         rds.stop()
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from bench import load
+from bench import load, rpc
 from mcp_celery._processes import Process, free_port, start_redis, wait_for
 
 BENCH = Path(__file__).resolve().parent
@@ -54,7 +54,7 @@ async def listen_until_terminal(
     client: httpx.AsyncClient, url: str, task_id: str
 ) -> list[tuple[float, dict[str, Any]]]:
     """The notifications of one listen stream with their arrival times, until the task is terminal."""
-    headers, body = load.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, task_id)
+    headers, body = rpc.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, task_id)
     seen: list[tuple[float, dict[str, Any]]] = []
     async with client.stream("POST", url, headers=headers, content=body) as response:
         async for line in response.aiter_lines():
@@ -72,35 +72,35 @@ async def listen_until_terminal(
 
 def push_op(url: str) -> load.Op:
     async def op(client: httpx.AsyncClient, i: int) -> None:
-        handle = await load.call_tool(client, url, "noop", {"x": i})
+        handle = await rpc.call_tool(client, url, "noop", {"x": i})
         if handle.get("resultType") != "task":
-            raise load.RpcError(f"not a task: {handle}")
+            raise rpc.RpcError(f"not a task: {handle}")
         seen = await listen_until_terminal(client, url, handle["taskId"])
         if not seen or seen[-1][1]["status"] != "completed":
-            raise load.RpcError(f"task {handle['taskId']} did not complete: {seen[-1:] or 'no notification'}")
+            raise rpc.RpcError(f"task {handle['taskId']} did not complete: {seen[-1:] or 'no notification'}")
 
     return op
 
 
 def poll_op(url: str) -> load.Op:
     async def op(client: httpx.AsyncClient, i: int) -> None:
-        handle = await load.call_tool(client, url, "noop", {"x": i})
+        handle = await rpc.call_tool(client, url, "noop", {"x": i})
         task_id = handle["taskId"]
         while True:
             await asyncio.sleep(POLL_S)
-            status = (await load.tasks_get(client, url, task_id)).get("status")
+            status = (await rpc.tasks_get(client, url, task_id)).get("status")
             if status == "completed":
                 return
             if status in {"failed", "cancelled"}:
-                raise load.RpcError(f"task {task_id} {status}")
+                raise rpc.RpcError(f"task {task_id} {status}")
 
     return op
 
 
 async def measure_delay(url: str, stamps: int) -> list[float]:
     """Milliseconds from each `ctx.status()` of the `stamps` job to its notification at this client."""
-    async with load.new_client() as client:
-        handle = await load.call_tool(client, url, "stamps", {"count": stamps, "interval_s": 0.02})
+    async with rpc.new_client() as client:
+        handle = await rpc.call_tool(client, url, "stamps", {"count": stamps, "interval_s": 0.02})
         seen = await listen_until_terminal(client, url, handle["taskId"])
     delays = []
     for arrived, task in seen:

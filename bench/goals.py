@@ -1,0 +1,148 @@
+"""The goals mcp-celery is held to, each judged from the typed results of one run.
+
+A goal is not measured (status "n/a") when a figure it needs is missing, e.g. a phase was skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.results import Results, Window
+
+
+@dataclass(frozen=True)
+class Goal:
+    description: str
+    met: bool | None  # None: not measured
+    figure: str  # what was measured against what, as the report prints it
+    measured: float | None = None
+    reference: float | None = None
+    ratio: float | None = None  # measured / reference, or the difference where the goal is additive
+
+    @property
+    def status(self) -> str:
+        return "n/a" if self.met is None else ("MET" if self.met else "MISSED")
+
+
+def _p50(w: Window | None) -> float | None:
+    return None if w is None else w.p50_ms
+
+
+def _rate(w: Window | None) -> float | None:
+    return None if w is None else w.rate_per_s
+
+
+def _not_measured(description: str) -> Goal:
+    return Goal(description, None, "not measured")
+
+
+def call_latency(r: Results) -> Goal:
+    d = "tools/call-to-handle p50 ≤ 1.7× floor p50"
+    ours, floor = _p50(r.ours.call_c1), _p50(r.floor.call_c1)
+    if ours is None or floor is None:
+        return _not_measured(d)
+    x = ours / floor
+    return Goal(d, x <= 1.7, f"{ours:.2f} ms vs floor {floor:.2f} ms = {x:.2f}×", ours, floor, x)
+
+
+def get_latency(r: Results) -> Goal:
+    d = "tasks/get p50 ≤ 1.25× floor p50"
+    ours, floor = _p50(r.ours.get_c1), _p50(r.floor.get_c1)
+    if ours is None or floor is None:
+        return _not_measured(d)
+    x = ours / floor
+    return Goal(d, x <= 1.25, f"{ours:.2f} ms vs floor {floor:.2f} ms = {x:.2f}×", ours, floor, x)
+
+
+def get_throughput(r: Results) -> Goal:
+    d = "tasks/get req/s at c=16 ≥ 80% of floor"
+    ours, floor = _rate(r.ours.get_c16), _rate(r.floor.get_c16)
+    if ours is None or floor is None:
+        return _not_measured(d)
+    x = ours / floor
+    return Goal(d, x >= 0.8, f"{ours:.0f}/s vs floor {floor:.0f}/s = {x:.0%}", ours, floor, x)
+
+
+def e2e_throughput(r: Results) -> Goal:
+    d = "e2e trivial throughput ≥ 70% of raw Celery"
+    ours, raw = _rate(r.ours.e2e_c16), r.raw.e2e_tasks_per_s
+    if ours is None or raw is None:
+        return _not_measured(d)
+    x = ours / raw
+    return Goal(d, x >= 0.7, f"{ours:.0f} vs raw {raw:.0f} tasks/s = {x:.0%}", ours, raw, x)
+
+
+def get_round_trips(r: Results) -> Goal:
+    d = "tasks/get: 1 Redis round trip and ≤ 3 commands"
+    rt, cm = r.ours.round_trips_per_get, r.ours.cmds_per_get
+    if rt is None or cm is None:
+        return _not_measured(d)
+    figure = f"{rt:.2f} round trips, {cm:.2f} commands ({r.ours.get_breakdown})"
+    return Goal(d, rt <= 1.1 and cm <= 3.05, figure, rt, 1.0)
+
+
+def job_commands(r: Results) -> Goal:
+    d = "tools/call + job bookkeeping ≤ raw Celery + 8 Redis commands per job"
+    ours, raw = r.ours.cmds_per_task, r.raw.cmds_per_task
+    if ours is None or raw is None:
+        return _not_measured(d)
+    x = ours - raw
+    return Goal(d, x <= 8, f"{ours:.1f} vs raw {raw:.1f} = +{x:.1f}", ours, raw, x)
+
+
+def memory_per_task(r: Results) -> Goal:
+    d = "Redis memory ≤ 2 KB per finished task"
+    x = r.ours.mem_per_task_bytes
+    if x is None:
+        return _not_measured(d)
+    one = r.ours.scaling.mem_usage_one_task_bytes if r.ours.scaling else None
+    figure = (
+        f"{x:.0f} B/task (used_memory delta over {r.ours.tasks_in_memory_window or ''} tasks; "
+        f"MEMORY USAGE of one task's keys {'n/a' if one is None else one} B)"
+    )
+    return Goal(d, x <= 2048, figure, x, 2048.0, x / 2048)
+
+
+def stored_task_scaling(r: Results) -> Goal:
+    d = "tasks/get p50 within 10% between 1,000 and 1,000,000 stored tasks"
+    s, before = r.ours.scaling, _p50(r.ours.get_c1)
+    during = _p50(s.get_1m_c1) if s else None
+    after = _p50(s.get_1k_after_c1) if s else None
+    sequential = None if before is None or during is None else during / ((before + (after or before)) / 2) - 1
+    stored = f"{s.stored_total or 0:,}" if s else "0"
+    if s is not None and s.ab is not None:
+        ab = s.ab
+        seq = "" if sequential is None else f"; supporting, sequential windows on one server: {sequential:+.1%}"
+        figure = (
+            f"interleaved A/B ({ab.rounds} rounds): {ab.big_p50_ms:.3f} ms ({stored} stored) vs "
+            f"{ab.small_p50_ms:.3f} ms ({ab.small_stored:,} stored) = {ab.ratio:.3f}× (paired-round bootstrap "
+            f"95% CI {ab.ci_low:.3f}–{ab.ci_high:.3f}×){seq}"
+        )
+        return Goal(d, abs(ab.ratio - 1) <= 0.10, figure, ab.big_p50_ms, ab.small_p50_ms, ab.ratio)
+    if s is None or sequential is None or before is None or during is None:
+        return _not_measured(d)
+    figure = (
+        f"interleaved A/B not measured; sequential windows only (not drift-robust): {before:.2f} ms "
+        f"(~{s.real_tasks_stored or 0:,} stored) → {during:.2f} ms ({stored} stored) → "
+        f"{after if after is not None else float('nan'):.2f} ms after deleting the synthetic ones; "
+        f"{sequential:+.1%} vs the mean of the two ~1k windows"
+    )
+    return Goal(d, None, figure, during, before, sequential + 1)
+
+
+GOALS: tuple[Callable[[Results], Goal], ...] = (
+    call_latency,
+    get_latency,
+    get_throughput,
+    e2e_throughput,
+    get_round_trips,
+    job_commands,
+    memory_per_task,
+    stored_task_scaling,
+)
+
+
+def judge(results: Results) -> list[Goal]:
+    """Every goal, in the report's order."""
+    return [goal(results) for goal in GOALS]

@@ -1,0 +1,166 @@
+"""bench/results.md: machine, method, results, ratios, goals, Redis command breakdown, validity, notes."""
+
+from __future__ import annotations
+
+import time
+
+from bench.config import POLL_INTERVAL_S, RunConfig
+from bench.goals import Goal
+from bench.results import PACKAGES, Results, ScalingFigures, TaskServerFigures
+from bench.table import fmt, ratios_table, results_table
+
+SUSPECT_FOREIGN_CPU = 0.10  # windows where other processes used this share of the machine or more
+
+
+def machine_section(r: Results) -> list[str]:
+    m = r.machine
+    if m is None:
+        return ["## Machine", "", "- not recorded", ""]
+    return [
+        "## Machine",
+        "",
+        f"- CPU: {m.cpu} × {m.cores} cores; memory {m.memory}; {m.os}",
+        f"- Python {m.python}; Redis server {m.redis_server} (private instance on a spare loopback port, "
+        "no persistence)",
+        "- packages: " + ", ".join(f"{k} {m.packages.get(k)}" for k in PACKAGES),
+        "- FastMCP baseline: fastmcp 4.1.4 + fastmcp-tasks 4.1.4 (pydocket) in bench/.venv-fastmcp",
+        "- Everything (load client, servers, Celery worker prefork -c 2, Redis) shares the same cores.",
+        "",
+    ]
+
+
+def method_section(cfg: RunConfig, app_config: str | None) -> list[str]:
+    return [
+        "## Method",
+        "",
+        "- Load client: asyncio, one `httpx.AsyncClient` (1 keep-alive connection) per concurrent worker, closed "
+        "loop; raw JSON-RPC 2026-07-28 POSTs with the `_meta` envelope (tasks extension declared, or `{}` "
+        "capabilities for the sync path) and `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` headers.",
+        f"- Each load window: {cfg.warmup_s:g} s warm-up, then {cfg.window_s:g} s recorded (counts where stated).",
+        "- Floor: mcp lowlevel `Server`, constant `CallToolResult` and an empty custom `tasks/get` handler, "
+        "`streamable_http_app(stateless_http=True, json_response=True)` on uvicorn (same uvicorn defaults as "
+        "the servers under test). Client ceiling: raw ASGI app returning a fixed JSON body on uvicorn.",
+        "- Celery worker for raw Celery and ours: `celery -A bench.bench_jobs worker -P prefork -c 2 "
+        f"--without-gossip --without-mingle -l WARNING`; app config: {app_config}.",
+        "- e2e for MCP servers: each of 16 workers creates a task then polls `tasks/get` every "
+        f"{POLL_INTERVAL_S * 1000:g} ms until `completed`; raw Celery: publish N with `apply_async`, then "
+        "`.get()` all.",
+        "- Redis commands: `INFO commandstats` deltas (INFO itself excluded; commands run inside Lua/MULTI are "
+        "counted by Redis too), minus the idle background rate (worker/server polling) measured over 2 s. "
+        "Per job: create N tasks without polling, wait until Redis traffic returns to idle. Round trips per "
+        "tasks/get: `total_reads_processed` delta (one read event per request batch) per sequential tasks/get, "
+        "idle-corrected. Memory: `used_memory` delta over the same N finished tasks.",
+        "- Stored-task scaling: the per-task records of one real finished task are discovered with SCAN/TYPE "
+        "(keys named by the task id, plus index members mentioning it), then cloned server-side by a Lua loop "
+        "(EVALSHA, 20,000 synthetic ids per call, same types/values/TTLs with the id substituted); "
+        "tasks/get p50 is re-measured on the same real ids, and on synthetic ids.",
+        "- Stored-task scaling verdict (interleaved A/B): consecutive windows of one server on this machine drift "
+        "by ±10–20%, more than the effect being tested, so the goal is judged on an interleaved comparison: while "
+        'the bench Redis holds the filled store ("big"), a second private redis-server is started and given '
+        f'{cfg.ab_small_store:,} synthetic tasks cloned from the same templates ("small"), and a second, identical '
+        "`mcp-celery serve -A bench.bench_jobs --http` process is started over it (no worker; tasks/get only "
+        f"reads). Then {cfg.ab_rounds} rounds of one {cfg.ab_slice_s:g} s slice per side (order alternating A B / "
+        "B A, after one unrecorded warm-up round; one keep-alive client per server; c=1; a random synthetic id "
+        "per request, every answer checked to be `completed`; the first 3 requests of each slice not recorded). "
+        "Samples are pooled per side; the figure is p50(big) / p50(small), with a 95% CI from 400 bootstrap "
+        "resamples of whole rounds (paired). Met if the ratio is within 1 ± 0.10. Differences between the two "
+        "sides besides the store size: the big Redis also carries the idle Celery worker's polling and its "
+        "server has served the earlier windows. The sequential before/after windows and the Redis-level reads "
+        "are kept as supporting rows.",
+        "",
+    ]
+
+
+def fill_section(s: ScalingFigures | None) -> list[str]:
+    if s is None or not s.templates:
+        return []
+    return [
+        "Records cloned per synthetic task (ours):",
+        "",
+        *[f"- {t}" for t in s.templates],
+        f"- fill: {s.fill_tasks or 0:,} tasks in {fmt(s.fill_s, '{:.1f}')} s (then "
+        f"{fmt(s.settle_s, '{:.1f}')} s until Redis finished rehashing), "
+        f"{fmt(s.fill_mem_per_task_bytes, '{:.0f}')} B used_memory per synthetic task; a synthetic id's "
+        f"tasks/get status: {s.synthetic_status}",
+        "",
+    ]
+
+
+def breakdown_section(r: Results) -> list[str]:
+    out = ["## Redis command breakdown (per job / per tasks/get)", ""]
+    if r.raw.cmds_breakdown:
+        out.append(f"- raw per job: {r.raw.cmds_breakdown}")
+    servers: list[tuple[str, TaskServerFigures]] = [("ours", r.ours), ("fastmcp", r.fastmcp)]
+    for tag, f in servers:
+        if f.cmds_breakdown:
+            out.append(f"- {tag} per job: {f.cmds_breakdown}")
+        if f.get_breakdown:
+            out.append(f"- {tag} per tasks/get: {f.get_breakdown}")
+        if f.sync_breakdown:
+            out.append(
+                f"- {tag} per sync-path call: {f.sync_breakdown}, "
+                f"{fmt(f.sync_new_conns_per_call)} new Redis connections"
+            )
+    out += [f"- {tag} task handle example: `{f.handle_example}`" for tag, f in servers if f.handle_example]
+    return out
+
+
+def validity_section(r: Results) -> list[str]:
+    busy = [(w, x) for w, x in r.foreign_cpu if x >= SUSPECT_FOREIGN_CPU]
+    verdict = (
+        f"**{len(busy)} of {len(r.foreign_cpu)} windows had ≥10% foreign CPU**: "
+        + ", ".join(f"{w} {x:.0%}" for w, x in busy)
+        if busy
+        else "No window had ≥10% foreign CPU."
+    )
+    return [
+        "## Validity: CPU used by other processes during each window",
+        "",
+        "Share of the machine's total CPU capacity used by processes that are not the bench's own (the cores "
+        "are shared); windows at 10% or more are suspect.",
+        "",
+        ", ".join(f"{w} {x:.0%}" for w, x in r.foreign_cpu) or "n/a",
+        "",
+        verdict,
+    ]
+
+
+def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
+    """The whole of bench/results.md."""
+    out = [
+        f"# mcp-celery benchmark results ({'quick' if r.config.quick else 'full'} run)",
+        "",
+        f"Generated by `{cmdline}` on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, wall time "
+        f"{time.time() - started:.0f} s.",
+        "",
+        *machine_section(r),
+        *method_section(r.config, r.raw.app_config),
+        *fill_section(r.ours.scaling),
+        "## Results",
+        "",
+        results_table(r),
+        "",
+        "## Ratios",
+        "",
+        ratios_table(r),
+        "",
+        "## Goals",
+        "",
+        "| goal | status | figure |",
+        "|---|---|---|",
+        *[f"| {g.description} | {g.status} | {g.figure} |" for g in goals],
+        "",
+        *breakdown_section(r),
+        "",
+        *validity_section(r),
+    ]
+    if r.notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+    return "\n".join(out) + "\n"
+
+
+def summary(r: Results, goals: list[Goal]) -> str:
+    """What a run prints when it ends: the results table and one line per goal."""
+    lines = ["", results_table(r), ""]
+    lines += [f"{g.status:7s} {g.description}: {g.figure}" for g in goals]
+    return "\n".join(lines)
