@@ -18,9 +18,11 @@ from mcp_celery.errors import ConfigurationError
 from mcp_celery.settings import Settings
 from mcp_celery.store.schema import Keys, Lifetimes
 
-__all__ = ["MIN_TTL_S", "AppBinding", "ResultBackend"]
+__all__ = ["DEFAULT_MAX_JOB_S", "MIN_TTL_S", "AppBinding", "ResultBackend", "max_job_s"]
 
 MIN_TTL_S = 60
+#: The longest job when neither MCP_CELERY_MAX_JOB_S nor a Celery hard time limit says otherwise.
+DEFAULT_MAX_JOB_S = 6 * 3600
 
 _PENDING_META: dict[str, Any] = {
     "status": "PENDING",
@@ -54,6 +56,14 @@ class ResultBackend:
             return None
         decoded = self.app.backend.decode(raw)
         return decoded if isinstance(decoded, dict) else None
+
+
+def max_job_s(app: Celery, settings: Settings) -> int:
+    """The longest a job of `app` may run: MCP_CELERY_MAX_JOB_S, else Celery's hard time limit, else 6 h."""
+    if settings.max_job_s is not None:
+        return settings.max_job_s
+    limit = app.conf.task_time_limit
+    return int(limit) if limit else DEFAULT_MAX_JOB_S
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,6 @@ class AppBinding:
             settings=settings,
             backend=backend,
             keys=Keys(settings.key_prefix),
-            lifetimes=Lifetimes(ttl_s, settings.max_job_s),
+            lifetimes=Lifetimes(ttl_s, max_job_s(app, settings)),
             redis_url=settings.redis_url or str(app.conf.result_backend),
         )

@@ -38,10 +38,12 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a synchronous tools/call (client without the tasks extension) waits for its job.",
     )
-    max_job_s: int = Field(
-        default=6 * 3600,
+    max_job_s: int | None = Field(
+        default=None,
         gt=0,
-        description="Longest expected job run; the task record outlives creation by TTL plus this.",
+        description="Longest job. One setting for both the Celery hard time limit (configure_app sets "
+        "task_time_limit from it, default 6 h) and the life of a running task's record (TTL plus the time "
+        "limit of its tool); unset: whatever task_time_limit the app has.",
     )
     worker_lost_timeout_s: float = Field(
         default=30.0,

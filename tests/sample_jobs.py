@@ -219,3 +219,11 @@ def doomed_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str) -> str:
         ctx.status("working")
         time.sleep(0.05)
     return "survived"
+
+
+@mcp_celery.tool(app, time_limit=10 * 86400)
+def patient(ctx: mcp_celery.JobContext, marker: str, seconds: float = 30) -> str:
+    """A tool whose own hard time limit (10 days) is far beyond the app's."""
+    markers.set(marker, "started", ex=600)
+    ctx.sleep(seconds)
+    return "done"

@@ -268,3 +268,15 @@ def test_a_synchronous_call_that_outlasts_the_sync_timeout_is_cancelled_with_a_t
     )
     assert reply["isError"] is True and "no result within 5 s" in reply["content"][0]["text"]
     assert store_redis.get(m) == b"started"
+
+
+def test_a_running_tasks_record_lives_ttl_plus_its_tools_own_time_limit(
+    client: HttpClient, store_redis: redis.Redis
+) -> None:
+    m = f"patient-{uuid.uuid4()}"
+    task_id = client.start("patient", {"marker": m})
+    wait_for(lambda: store_redis.get(m), 15, what="the job to start")
+    ttl = store_redis.ttl(f"mcp-celery:task:{task_id}")
+    assert ttl > 86_400 + 9 * 86_400, ttl  # the app's limit is 6 h; this tool's is 10 days
+    client.result("tasks/cancel", {"taskId": task_id})
+    assert client.wait(task_id)["status"] == "cancelled"

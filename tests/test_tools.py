@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -109,3 +110,23 @@ def test_serve_reports_configuration_errors_without_a_traceback() -> None:
     )
     assert out.returncode == 2
     assert "cannot import 'tests.no_such_module'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_one_setting_for_the_longest_job_sets_the_time_limit_and_the_records_life(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = make_app()
+    mcp_celery.configure_app(app, max_job=timedelta(hours=2))
+    assert app.conf.task_time_limit == 7200
+    lifetimes = AppBinding.create(app, Settings()).lifetimes
+    assert lifetimes.max_job_s == 7200 and lifetimes.live_s == 86_400 + 7200  # TTL plus the longest job
+
+    monkeypatch.setenv("MCP_CELERY_MAX_JOB_S", "600")
+    from_env = make_app()
+    mcp_celery.configure_app(from_env)
+    assert from_env.conf.task_time_limit == 600
+    assert AppBinding.create(from_env, Settings()).lifetimes.max_job_s == 600
+
+    monkeypatch.delenv("MCP_CELERY_MAX_JOB_S")
+    plain = make_app(task_time_limit=None)
+    assert AppBinding.create(plain, Settings()).lifetimes.max_job_s == 6 * 3600  # no limit anywhere: 6 h

@@ -122,7 +122,11 @@ class Lifetimes:
     @property
     def live_s(self) -> int:
         """Lifetime of a record whose job has not finished (refreshed when the job starts)."""
-        return (self.ttl_s or 365 * 86400) + self.max_job_s
+        return self.live_for(self.max_job_s)
+
+    def live_for(self, job_s: int) -> int:
+        """Lifetime of a running record whose job may run `job_s` seconds: it outlives the job by the TTL."""
+        return (self.ttl_s or 365 * 86400) + job_s
 
 
 @dataclass(frozen=True)

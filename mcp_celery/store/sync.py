@@ -47,14 +47,16 @@ class SyncStore:
         self._beat = client.register_script(scripts.BEAT)
         self._job_start = client.register_script(scripts.JOB_START)
 
-    def job_started(self, task_id: str, alive_until_ms: int) -> TaskRecord | None:
+    def job_started(self, task_id: str, alive_until_ms: int, live_s: int | None = None) -> TaskRecord | None:
         """The record a starting job needs, or None when the job was not started through MCP.
 
-        Also restarts the record's lifetime, so that a job that waited long in the queue still
-        has TTL plus the longest job ahead of it (a running task never expires), and beats once.
+        Also restarts the record's lifetime (`live_s`, default TTL plus the longest job), so that a
+        job that waited long in the queue still has its whole run ahead of it (a running task never
+        expires), and beats once.
         """
         keys = [self.keys.task(task_id), self.keys.live()]
-        values = self._job_start(keys=keys, args=[self.lifetimes.live_s, alive_until_ms, task_id, *JOB_FIELDS])
+        lifetime = self.lifetimes.live_s if live_s is None else live_s
+        values = self._job_start(keys=keys, args=[lifetime, alive_until_ms, task_id, *JOB_FIELDS])
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
 

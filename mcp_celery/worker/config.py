@@ -13,24 +13,31 @@ from functools import cached_property
 import redis
 from celery import Celery
 
-from mcp_celery.binding import AppBinding
+from mcp_celery.binding import DEFAULT_MAX_JOB_S, AppBinding
 from mcp_celery.settings import Settings
 from mcp_celery.store.sync import SyncStore
 
 __all__ = ["DEFAULT_MAX_JOB", "WorkerBinding", "configure_app", "worker_binding"]
 
 #: Longest job the recommended configuration expects; also its hard time limit.
-DEFAULT_MAX_JOB = timedelta(hours=6)
+DEFAULT_MAX_JOB = timedelta(seconds=DEFAULT_MAX_JOB_S)
 
 
-def configure_app(app: Celery, *, max_job: timedelta = DEFAULT_MAX_JOB) -> None:
+def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
     """Apply the Celery settings long MCP jobs need (at-most-once delivery, visible states).
+
+    `max_job` (default: MCP_CELERY_MAX_JOB_S, else 6 h) is the one setting for the longest job:
+    it becomes Celery's hard time limit and, through it, the life of a running task's record,
+    so a record can never expire before the job that owns it is stopped.
 
     Acks early and no prefetch, so the Redis visibility timeout can never run a long job
     twice; STARTED and custom states are tracked and sent as events for Flower; messages and
     results are JSON only (a pickle message is rejected, never executed). Call it
     before your own `app.conf` changes if you want to override any of these.
     """
+    if max_job is None:
+        from_env = Settings().max_job_s
+        max_job = DEFAULT_MAX_JOB if from_env is None else timedelta(seconds=from_env)
     seconds = int(max_job.total_seconds())
     app.conf.update(
         task_acks_late=False,

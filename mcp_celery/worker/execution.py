@@ -33,7 +33,7 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     task_id: str | None = celery_task.request.id
     # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
     attached = bool(task_id) and not celery_task.request.is_eager
-    record = store.job_started(str(task_id), heartbeat.deadline_ms()) if attached else None
+    record = store.job_started(str(task_id), heartbeat.deadline_ms(), _record_life_s(celery_task)) if attached else None
     ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
     if record is not None:
         heartbeat.add(record.task_id)
@@ -50,6 +50,15 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
             if record is not None:
                 heartbeat.discard(record.task_id)
                 store.job_ended(record.task_id, asked=ctx.asked_for_input)
+
+
+def _record_life_s(celery_task: Task[Any, Any]) -> int | None:
+    """TTL plus this tool's own hard time limit, when it has one longer than the app's."""
+    own = celery_task.time_limit
+    lifetimes = worker_binding(celery_task.app).store.lifetimes
+    if not own or own <= lifetimes.max_job_s:
+        return None
+    return lifetimes.live_for(int(own))
 
 
 def _mark_cancelled(celery_task: Task[Any, Any], reason: str) -> None:
