@@ -6,6 +6,7 @@ bell, which rings on every answer and on cancel, so a waiting job costs no polli
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ __all__ = ["MIN_BLOCK_S", "AnswerWait", "SyncStore"]
 
 #: The shortest wait sent to Redis as a blocking command; shorter ones are slept here.
 MIN_BLOCK_S = 0.01
+#: How long a waiting job pauses before trying an unreachable Redis again.
+RECONNECT_PAUSE_S = 0.5
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,16 @@ class SyncStore:
         """
         deadline = time.monotonic() + timeout_s
         while True:
-            rang = self._wait_bell(task_id, deadline - time.monotonic())
-            cancel, answers = self._poll_answers(task_id, wire_keys)
+            try:
+                rang = self._wait_bell(task_id, deadline - time.monotonic())
+                cancel, answers = self._poll_answers(task_id, wire_keys)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() >= deadline:
+                    raise
+                # Redis is restarting: the answers are durable there, so wait for it, not give up.
+                logger.warning("task %s: Redis unreachable while waiting for answers; retrying", task_id)
+                time.sleep(min(RECONNECT_PAUSE_S, max(deadline - time.monotonic(), 0.0)))
+                continue
             if not cancel and len(answers) < len(wire_keys) and not rang and time.monotonic() >= deadline:
                 self._withdraw_inputs(task_id, [k for k in wire_keys if k not in answers])
                 cancel, answers = self._poll_answers(task_id, wire_keys)
@@ -105,9 +118,13 @@ class SyncStore:
         if self.cancel_requested(task_id):
             return True
         while (left := deadline - time.monotonic()) > 0:
-            if self._wait_bell(task_id, left) and self.cancel_requested(task_id):
-                self._ring(task_id)
-                return True
+            try:
+                if self._wait_bell(task_id, left) and self.cancel_requested(task_id):
+                    self._ring(task_id)
+                    return True
+            except (redis.ConnectionError, redis.TimeoutError):
+                # Redis is restarting: a sleep goes on; the cancel flag is durable and read again.
+                time.sleep(min(RECONNECT_PAUSE_S, left))
         return False
 
     def job_ended(self, task_id: str, *, asked: bool) -> None:

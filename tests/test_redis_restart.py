@@ -1,0 +1,91 @@
+"""Redis restarted under a running server and worker: nothing is lost and work resumes by itself.
+
+A private redis-server with append-only persistence, on a port of its own, carries the broker,
+the results and the task records of a prefork worker and an HTTP server started for this test.
+A job is waiting for an answer when Redis is stopped (SIGTERM, so it writes its append-only file)
+and started again on the same port and folder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_celery._processes import Process, free_port, start_redis, wait_for
+from tests.support import HttpClient, caps, start_http_server, start_worker
+
+
+class PersistentRedis:
+    """A redis-server with append-only persistence that can be stopped and started again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.proc: Process | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        _, self.proc = start_redis(
+            self.folder / f"redis-{self.starts}.log", port=self.port, appendonly=True, data_dir=self.folder
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()  # SIGTERM: Redis flushes its append-only file and exits
+            self.proc = None
+
+
+@pytest.fixture
+def redis_aof(tmp_path: Path) -> Iterator[PersistentRedis]:
+    server = PersistentRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def stack(env: dict[str, str], redis_aof: PersistentRedis, tmp_path: Path) -> Iterator[HttpClient]:
+    own = {**env, "TEST_BROKER_URL": f"{redis_aof.url}/0", "TEST_RESULT_BACKEND": f"{redis_aof.url}/1"}
+    worker = start_worker(own, tmp_path / "worker.log", name=f"restart-{redis_aof.port}")
+    url, server = start_http_server(own, tmp_path / "server.log")
+    client = HttpClient(url)
+    yield client
+    client.close()
+    server.stop()
+    worker.stop()
+
+
+def test_a_redis_restart_loses_no_task_and_a_waiting_job_goes_on_after_it(
+    stack: HttpClient, redis_aof: PersistentRedis
+) -> None:
+    task_id = stack.start("ask_one", {"timeout": 120}, elicitation={})
+    asked = stack.wait(task_id, {"input_required"}, timeout=30)
+    done_before = stack.start("echo", {"text": "before"})
+    assert stack.wait(done_before)["status"] == "completed"
+
+    redis_aof.stop()
+    started = time.monotonic()
+    reply = stack.post("tasks/get", {"taskId": task_id})
+    assert time.monotonic() - started < 10  # no hang
+    assert reply.status_code < 500, reply.text  # a JSON-RPC error, not a crash
+    error = reply.json()["error"]
+    assert error["code"] == -32603 and "Traceback" not in error["message"], error
+
+    redis_aof.start()
+    # Servers and workers reconnect by themselves; the record, the question and the result are all there.
+    again = wait_for(lambda: "result" in (r := stack.call("tasks/get", {"taskId": task_id})) and r, 30, 0.2)["result"]
+    assert again["status"] == "input_required" and again["inputRequests"] == asked["inputRequests"]
+    assert stack.get(done_before)["result"]["content"][0]["text"] == "before"
+
+    (key,) = asked["inputRequests"]
+    answer = {"action": "accept", "content": {"confirm": True}}
+    stack.result("tasks/update", {"taskId": task_id, "inputResponses": {key: answer}}, capabilities=caps())
+    done = stack.wait(task_id, timeout=60)  # the job waited through the outage and now goes on
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "published", done
+    after = stack.start("echo", {"text": "after"})  # and new work runs
+    assert stack.wait(after, timeout=60)["result"]["content"][0]["text"] == "after"
