@@ -48,9 +48,20 @@ def call(tool: str, args: dict[str, object], server: list[str], env: dict[str, s
     return done.returncode, done.stdout
 
 
+class Exit(int):
+    """An exit status that shows the command's stderr when an assertion about it fails."""
+
+    stderr = ""
+
+    def __repr__(self) -> str:
+        return f"{int(self)} (stderr: {self.stderr!r})"
+
+
 def cli(env: dict[str, str], *argv: str) -> tuple[int, str]:
     done = subprocess.run([*CLI, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    return done.returncode, done.stdout
+    status = Exit(done.returncode)
+    status.stderr = done.stderr[-2000:]
+    return status, done.stdout
 
 
 def spawn(env: dict[str, str], *argv: str) -> pexpect.spawn:
