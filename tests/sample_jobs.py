@@ -8,6 +8,7 @@ import time
 
 import redis
 from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel
 
 import mcp_celery
@@ -73,6 +74,17 @@ def die() -> str:
 @mcp_celery.tool(app, time_limit=1)
 def too_slow() -> str:
     time.sleep(10)
+    return "unreachable"
+
+
+@mcp_celery.tool(app, soft_time_limit=1, time_limit=20)
+def cleans_up(marker: str) -> str:
+    """Told to stop by the soft time limit, it cleans up and lets the exception end the job."""
+    try:
+        time.sleep(10)
+    except SoftTimeLimitExceeded:
+        markers.set(marker, "cleaned up", ex=600)
+        raise
     return "unreachable"
 
 

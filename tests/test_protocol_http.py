@@ -112,6 +112,14 @@ def test_a_time_limit_is_failed_internal_error(client: HttpClient) -> None:
     assert "time limit" in task["statusMessage"]
 
 
+def test_a_soft_time_limit_lets_the_job_clean_up_and_ends_failed(client: HttpClient, store_redis: redis.Redis) -> None:
+    m = f"soft-{uuid.uuid4()}"
+    task = client.wait(client.start("cleans_up", {"marker": m}), timeout=30)
+    assert task["status"] == "failed" and task["error"]["code"] == -32603
+    assert "soft time limit" in task["statusMessage"]
+    assert store_redis.get(m) == b"cleaned up"
+
+
 def test_a_lost_worker_process_is_failed_internal_error(client: HttpClient) -> None:
     task = client.wait(client.start("die"), timeout=30)
     assert task["status"] == "failed" and task["error"]["code"] == -32603

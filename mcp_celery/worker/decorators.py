@@ -101,6 +101,11 @@ def tool(
     return decorate(fn) if fn is not None else decorate
 
 
+def soft_time_limit(hard_s: float) -> float:
+    """When a tool is told to stop: a minute before its hard limit, or at 90% of a short one."""
+    return max(hard_s - 60, hard_s * 0.9)
+
+
 def _job_task(
     app: Celery, func: Callable[..., Any], tool_name: str, task_options: dict[str, Any]
 ) -> tuple[Task[Any, Any], type[pydantic.BaseModel], str | None, pydantic.TypeAdapter[Any] | None]:
@@ -121,6 +126,10 @@ def _job_task(
 
     body.__name__, body.__qualname__, body.__module__ = func.__name__, func.__qualname__, func.__module__
     body.__doc__ = func.__doc__
+    hard_limit = task_options.get("time_limit") or app.conf.task_time_limit
+    if hard_limit and "soft_time_limit" not in task_options:
+        # Told to stop before it is killed: the job may catch SoftTimeLimitExceeded and clean up.
+        task_options["soft_time_limit"] = soft_time_limit(float(hard_limit))
     make_task = app.task(name=task_options.pop("celery_name", None), typing=False, **task_options)
     return make_task(body), model, context_param, output  # type: ignore[no-untyped-call]
 
