@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import kombu
 import pytest
 import redis
 
@@ -43,6 +44,20 @@ SERVER_ENV = {
 }
 
 
+def empty_broker(url: str) -> None:
+    """Drop what an earlier session left queued: the Redis broker's database, or RabbitMQ's queues."""
+    if url.startswith("redis"):
+        redis.Redis.from_url(url).flushdb()
+        return
+    with kombu.Connection(url) as connection:
+        channel = connection.default_channel
+        for queue in ("celery", "later", "doomed"):
+            try:
+                channel.queue_purge(queue)
+            except connection.channel_errors:  # never declared yet: nothing to drop
+                channel = connection.channel()
+
+
 @pytest.fixture(scope="session")
 def env() -> dict[str, str]:
     return {**os.environ, **SERVER_ENV, "PYTHONUNBUFFERED": "1"}
@@ -64,7 +79,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def worker(env: dict[str, str], store_redis: redis.Redis, logs: Path) -> Iterator[Process]:
     """The main prefork worker (4 processes, queue 'celery'), shared by the session."""
-    redis.Redis.from_url(os.environ["TEST_BROKER_URL"]).flushdb()
+    empty_broker(os.environ["TEST_BROKER_URL"])
     store_redis.flushdb()
     proc = start_worker(env, logs / "worker.log")
     yield proc
