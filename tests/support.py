@@ -7,10 +7,13 @@ suite's own jobs (`tests.sample_jobs`).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from mcp_celery import _processes
 from mcp_celery._jsonrpc import RawHttpClient, RawStdioClient
@@ -27,6 +30,9 @@ __all__ = [
     "caps",
     "modern_meta",
     "free_port",
+    "jobs_env",
+    "session_redis",
+    "start_jobs_worker",
     "start_http_server",
     "start_worker",
     "wait_for",
@@ -66,6 +72,24 @@ def start_worker(
     worker = Process(args, env, log)
     worker.wait_ready(lambda: "ready." in worker.output(), 60, "the worker to start")
     return worker
+
+
+def session_redis(db: int) -> str:
+    """A database of the session's Redis (the one conftest chose; it always holds the results)."""
+    return f"{os.environ['TEST_RESULT_BACKEND'].rsplit('/', 1)[0]}/{db}"
+
+
+def jobs_env(base: Mapping[str, str], **extra: str) -> dict[str, str]:
+    """Environment for the real jobs (`-A jobs`) on databases 10 and 11 of the session's Redis, emptied first."""
+    broker, backend = session_redis(10), session_redis(11)
+    for url in (broker, backend):
+        redis.Redis.from_url(url).flushdb()
+    return {**base, "CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": backend, **extra}
+
+
+def start_jobs_worker(env: Mapping[str, str], log: Path, name: str) -> Process:
+    """A prefork worker (2 processes) for the real jobs."""
+    return start_worker(env, log, app="jobs", name=f"{name}-{os.getpid()}", concurrency=2)
 
 
 def start_http_server(

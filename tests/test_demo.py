@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import ROOT, free_port
+from tests.support import ROOT, free_port, session_redis
 
 
 def test_the_demo_starts_an_embedded_redis_and_walks_through_every_feature() -> None:
@@ -44,8 +44,7 @@ def test_the_demo_runs_from_a_plain_install_outside_the_checkout(tmp_path: Path)
         cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert where.stdout.startswith(str(venv)), where.stdout  # not the checkout
-    base = os.environ["TEST_BROKER_URL"].rsplit("/", 1)[0]  # the session's Redis (conftest sets it)
-    env.update(CELERY_BROKER_URL=f"{base}/8", CELERY_RESULT_BACKEND=f"{base}/9")
+    env.update(CELERY_BROKER_URL=session_redis(8), CELERY_RESULT_BACKEND=session_redis(9))
     out = subprocess.run(
         [venv / "bin" / "mcp-celery", "demo", "--port", str(free_port())],
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240,

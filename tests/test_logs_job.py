@@ -24,7 +24,8 @@ from jobs._logfiles import LogSearchError, open_inside
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Query, search
 from tests.logdata import BLOCK_ERRORS, START, as_tuples, big_gzip, expected, log_lines, rg_processes, write
-from tests.support import HttpClient, Process, start_http_server, start_worker, wait_for
+from tests.support import HttpClient, Process, start_http_server, start_jobs_worker, wait_for
+from tests.support import jobs_env as jobs_env_for
 
 # --- the search engine, no Celery ---------------------------------------------------------------
 
@@ -264,17 +265,13 @@ def jobs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def jobs_env(env: dict[str, str], jobs_root: Path) -> dict[str, str]:
-    base = os.environ["TEST_BROKER_URL"].rsplit("/", 1)[0]  # the suite's Redis (conftest), databases 10 and 11
-    broker, backend = f"{base}/10", f"{base}/11"
-    for url in (broker, backend):
-        redis.Redis.from_url(url).flushdb()
-    return {**env, "CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": backend, "JOBS_LOG_ROOT": str(jobs_root)}
+    return jobs_env_for(env, JOBS_LOG_ROOT=str(jobs_root))
 
 
 @pytest.fixture(scope="module")
 def jobs_worker(jobs_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     log = tmp_path_factory.mktemp("log-search") / "worker.log"
-    worker = start_worker(jobs_env, log, app="jobs", name=f"logs-{os.getpid()}", concurrency=2)
+    worker = start_jobs_worker(jobs_env, log, "logs")
     yield worker
     worker.stop()
 

@@ -18,15 +18,12 @@ from typing import Any
 
 import joblib
 import pytest
-import redis
 from celery import Celery
 
 from jobs.training import make_dataset
-from tests.conftest import SERVER_ENV
-from tests.support import HttpClient, Process, start_http_server, start_worker, wait_for
+from tests.support import HttpClient, Process, session_redis, start_http_server, start_jobs_worker, wait_for
+from tests.support import jobs_env as jobs_env_for
 
-BASE = os.environ.get("MCP_CELERY_TEST_REDIS", "redis://127.0.0.1:6379").rstrip("/")
-BROKER, BACKEND = f"{BASE}/10", f"{BASE}/11"
 EPOCH_STATUS = re.compile(r"epoch (\d+)/(\d+), val accuracy (0\.\d{3}|1\.000)")
 
 
@@ -36,23 +33,14 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def jobs_env(artifacts: Path) -> dict[str, str]:
-    for url in (BROKER, BACKEND):
-        redis.Redis.from_url(url).flushdb()
-    return {
-        **os.environ,
-        **SERVER_ENV,
-        "PYTHONUNBUFFERED": "1",
-        "CELERY_BROKER_URL": BROKER,
-        "CELERY_RESULT_BACKEND": BACKEND,
-        "JOBS_ARTIFACT_DIR": str(artifacts),
-    }
+def jobs_env(env: dict[str, str], artifacts: Path) -> dict[str, str]:
+    return jobs_env_for(env, JOBS_ARTIFACT_DIR=str(artifacts))
 
 
 @pytest.fixture(scope="module")
 def jobs_worker(jobs_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     log = tmp_path_factory.mktemp("training-logs") / "worker.log"
-    worker = start_worker(jobs_env, log, app="jobs", name=f"training-{os.getpid()}", concurrency=2)
+    worker = start_jobs_worker(jobs_env, log, "training")
     yield worker
     worker.stop()
 
@@ -171,14 +159,19 @@ def test_a_cancel_stops_training_at_the_next_epoch(mcp: HttpClient, artifacts: P
     # Epochs of 80,000 examples take well under a second here; the grace of the test server is 1 s,
     # so a job that ran on for the 200 epochs would have been reported cancelled by the server, not
     # by itself: Celery's own state tells them apart.
-    backend = Celery(broker=BROKER, backend=BACKEND)
+    backend = jobs_celery()
     assert backend.AsyncResult(task_id).state == "REVOKED"
     assert time.monotonic() - cancelled_at < 10
 
 
+def jobs_celery() -> Celery:
+    """A Celery client of the jobs' broker and results (databases 10 and 11, as `jobs_env` sets them)."""
+    return Celery(broker=session_redis(10), backend=session_redis(11))
+
+
 def pool_pid_running(task_id: str) -> int | None:
     """The pid of the prefork pool process running `task_id`, from the worker itself (`inspect active`)."""
-    control = Celery(broker=BROKER, backend=BACKEND)
+    control = jobs_celery()
     for tasks in (control.control.inspect(timeout=2, limit=1).active() or {}).values():
         for task in tasks:
             if task["id"] == task_id and task.get("worker_pid"):

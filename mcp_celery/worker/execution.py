@@ -16,6 +16,7 @@ from celery import Task
 from celery.exceptions import Ignore
 
 from mcp_celery.errors import TaskCancelled
+from mcp_celery.store.schema import Lifetimes
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
 from mcp_celery.worker.heartbeat import Heartbeat
@@ -33,7 +34,11 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     task_id: str | None = celery_task.request.id
     # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
     attached = bool(task_id) and not celery_task.request.is_eager
-    record = store.job_started(str(task_id), heartbeat.deadline_ms(), _record_life_s(celery_task)) if attached else None
+    record = (
+        store.job_started(str(task_id), heartbeat.deadline_ms(), _record_life_s(celery_task, store.lifetimes))
+        if attached
+        else None
+    )
     ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
     if record is not None:
         heartbeat.add(record.task_id)
@@ -52,10 +57,9 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
                 store.job_ended(record.task_id, asked=ctx.asked_for_input)
 
 
-def _record_life_s(celery_task: Task[Any, Any]) -> int | None:
+def _record_life_s(celery_task: Task[Any, Any], lifetimes: Lifetimes) -> int | None:
     """TTL plus this tool's own hard time limit, when it has one longer than the app's."""
     own = celery_task.time_limit
-    lifetimes = worker_binding(celery_task.app).store.lifetimes
     if not own or own <= lifetimes.max_job_s:
         return None
     return lifetimes.live_for(int(own))
