@@ -17,8 +17,8 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(
         default=None,
-        description="Redis for task records. Default: the Celery app's result backend, which must be Redis, "
-        "so that a task record and its Celery result are read in one round trip.",
+        description="Redis for mcp-celery's task state (records, progress, outcomes, answers, events). Default: "
+        "the Celery app's result backend when that is Redis; required with any other result backend or none.",
     )
     redis_max_connections: int = Field(
         default=32,

@@ -14,9 +14,12 @@ from pydantic import BaseModel
 import mcp_celery
 
 BROKER = os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/12")
+#: The Redis of mcp-celery's records and the tests' markers; Celery's results too unless
+#: TEST_CELERY_BACKEND names another result backend (e.g. PostgreSQL).
 BACKEND = os.environ.get("TEST_RESULT_BACKEND", "redis://127.0.0.1:6379/13")
+CELERY_BACKEND = os.environ.get("TEST_CELERY_BACKEND") or BACKEND
 
-app = Celery("sample_jobs", broker=BROKER, backend=BACKEND)
+app = Celery("sample_jobs", broker=BROKER, backend=CELERY_BACKEND)
 mcp_celery.configure_app(app)
 
 # Markers let tests see what a job body did, from outside the worker.

@@ -1,11 +1,16 @@
-"""The Celery-state-to-MCP-status table, without I/O (checklist items 15, 17, 34)."""
+"""The Celery-state-to-MCP-status table, without I/O (checklist items 15, 17, 34).
+
+The worker writes the job's state into the record in the shape of Celery's result meta:
+`progress` while it runs, `outcome` once it ended; `view(meta)` puts `meta` where it belongs.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from mcp_celery.status import TaskView, expired, reported_ttl_ms, task_view
+from mcp_celery.status import READY_STATES, TaskView, expired, reported_ttl_ms, task_view
 from mcp_celery.store.schema import TaskRecord
 
 T0 = 1_700_000_000_000
@@ -17,7 +22,9 @@ def record(**kw: Any) -> TaskRecord:
 
 
 def view(meta: dict[str, Any] | None, rec: TaskRecord | None = None, now: int = T0 + 1000, **kw: Any) -> TaskView:
-    return task_view(rec or record(), meta, now, structured=False, grace_ms=5000, **kw)
+    ended = meta is not None and meta.get("status") in READY_STATES
+    rec = replace(rec or record(), outcome=meta if ended else None, progress=None if ended else meta)
+    return task_view(rec, now, structured=False, grace_ms=5000, **kw)
 
 
 def failure(exc_type: str, *args: Any) -> dict[str, Any]:

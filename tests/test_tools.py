@@ -87,10 +87,16 @@ def test_ttl_comes_from_result_expires_and_is_never_below_a_minute() -> None:
         AppBinding.create(make_app(result_expires=30), Settings())
 
 
-def test_a_non_redis_result_backend_is_a_clear_configuration_error() -> None:
-    app = Celery("t", broker="memory://", backend="cache+memory://", set_as_current=False)
-    with pytest.raises(mcp_celery.ConfigurationError, match="Redis result backend"):
-        AppBinding.create(app, Settings())
+def test_without_redis_for_its_state_the_error_says_exactly_what_to_set() -> None:
+    for backend in ("cache+memory://", "db+postgresql://celery:secret@db/celery", None):
+        app = Celery("t", broker="memory://", backend=backend, set_as_current=False)
+        with pytest.raises(mcp_celery.ConfigurationError, match="set MCP_CELERY_REDIS_URL") as raised:
+            AppBinding.create(app, Settings())
+        assert "secret" not in str(raised.value) and "\n" not in str(raised.value)
+        own = AppBinding.create(app, Settings(redis_url="redis://127.0.0.1:6379/3"))
+        assert own.redis_url == "redis://127.0.0.1:6379/3"
+    redis_backed = Celery("t", broker="memory://", backend="redis://127.0.0.1:6379/5", set_as_current=False)
+    assert AppBinding.create(redis_backed, Settings()).redis_url == "redis://127.0.0.1:6379/5"
 
 
 def test_dash_a_takes_a_module_or_module_colon_app_like_celery() -> None:

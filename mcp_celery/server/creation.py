@@ -2,8 +2,8 @@
 
 Server tier. The server alone decides: a request that declares the tasks extension gets a
 `CreateTaskResult` for a tool that may run as a task; any other request gets the result
-itself (or -32021 when the tool must run as a task). The record and a PENDING Celery meta are
-written before the job is queued, so `tasks/get` succeeds the moment the handle is returned.
+itself (or -32021 when the tool must run as a task). The record is written before the job is
+queued, so `tasks/get` succeeds the moment the handle is returned.
 """
 
 from __future__ import annotations
@@ -60,12 +60,7 @@ async def call_tool(service: TaskService, ctx: RequestContext, params: types.Cal
             return outcome
         first_answers = outcome
     # Checked before any record exists: over the quota, nothing is written or queued.
-    await limits.enforce_quota(
-        service.store,
-        envelope.principal(ctx),
-        service.settings.max_live_tasks_per_principal,
-        service.binding.backend.decode,
-    )
+    await limits.enforce_quota(service.store, envelope.principal(ctx), service.settings.max_live_tasks_per_principal)
     record = _new_record(service, ctx, spec, first_answers, sync=not declared or spec.task_mode == "forbidden")
     if record.sync:
         return await _run_sync(service, spec, record, arguments)
@@ -135,7 +130,7 @@ async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arg
     """Record first, then queue: a `tasks/get` right after the handle is returned must succeed."""
     task_id = record.task_id
     indexed = service.settings.max_live_tasks_per_principal is not None
-    await service.store.create(record, service.binding.backend.pending_meta(task_id), index=indexed)
+    await service.store.create(record, index=indexed)
     try:
         # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
         await anyio.to_thread.run_sync(
@@ -160,7 +155,7 @@ async def _run_sync(
     deadline = anyio.current_time() + timeout_s
     view = None
     queued = done = False
-    # Watch before queueing: every state the job stores is published on the task's channel.
+    # Watch before queueing: every state the job stores is published on the task's event channel.
     async with service.events.watch([record.task_id]) as watcher:
         try:
             await _enqueue(service, spec, record, arguments)

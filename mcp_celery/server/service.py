@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.events import TaskEvents
-from mcp_celery.status import READY_STATES, TaskView, expired, task_view
+from mcp_celery.status import TaskView, expired, task_view
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.tools import ToolSpec, registry
@@ -60,7 +60,7 @@ class TaskService:
                 client_name=f"mcp-celery-server:{os.getpid()}",
             )
             client = aioredis.Redis(connection_pool=pool)
-            self._store = AsyncStore(client, self.binding.keys, self.binding.lifetimes, self.binding.backend.meta_key)
+            self._store = AsyncStore(client, self.binding.keys, self.binding.lifetimes)
         return self._store
 
     @property
@@ -77,7 +77,7 @@ class TaskService:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The server's lifespan: the event listener and the cancel timers run inside it."""
-        events = self._events = TaskEvents(self.store.redis, self.binding.backend.meta_key)
+        events = self._events = TaskEvents(self.store.redis, self.binding.keys.events)
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(events.run)
@@ -133,24 +133,23 @@ class TaskService:
 
     async def read_view(self, task_id: str) -> tuple[TaskRecord, TaskView] | None:
         """The task's record and MCP view, or None when it is unknown or expired."""
-        record, raw_meta = await self.store.read(task_id)
+        record = await self.store.read(task_id)
         if record is None:
             return None
-        meta = self.binding.backend.decode(raw_meta)
         now = now_ms()
         spec = self.tools.get(record.tool)
         view = task_view(
             record,
-            meta,
             now,
             structured=spec is not None and spec.structured,
             grace_ms=int(self.settings.cancel_grace_s * 1000),
             debug=self.settings.debug,
             redelivered_on_loss=spec is not None and spec.redelivered_on_loss,
         )
-        if view.terminal and record.final is None and (meta or {}).get("status") != "SUCCESS":
-            # Celery itself never overwrites SUCCESS; every other terminal state is frozen
-            # here so that a late result, a redelivery or a retry cannot change it.
+        if view.terminal and record.final is None and record.outcome is None:
+            # A terminal state the job did not store (cancelled past the grace period, worker lost)
+            # is frozen here, so that a late outcome or a redelivery cannot change it; a stored
+            # outcome never changes (the first one wins).
             frozen = await self.store.freeze(task_id, view.to_json())
             if frozen is None:
                 return None
@@ -170,9 +169,8 @@ class TaskService:
 
     async def _terminate_after_grace(self, task_id: str) -> None:
         await anyio.sleep(self.settings.cancel_grace_s)
-        record, meta = await self.store.read(task_id)
-        decoded = self.binding.backend.decode(meta)
-        if record is not None and (decoded or {}).get("status") not in READY_STATES:
+        record = await self.store.read(task_id)
+        if record is not None and record.outcome is None:
             logger.warning("task %s did not stop within the grace period; terminating its worker process", task_id)
             app = self.binding.app
             await anyio.to_thread.run_sync(lambda: app.control.revoke(task_id, terminate=True))

@@ -6,14 +6,16 @@ bell, which rings on every answer and on cancel, so a waiting job costs no polli
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
+from mcp_celery.protocol import now_ms
 from mcp_celery.store import scripts
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS, Keys, Lifetimes, TaskRecord, as_text
 
@@ -43,25 +45,27 @@ def _pairs(items: Mapping[str, str]) -> list[str]:
 class SyncStore:
     """The worker's view of the store. Its client must have no socket timeout (it blocks on BLPOP)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, lifetimes: Lifetimes, meta_key: Callable[[str], Any]) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, lifetimes: Lifetimes) -> None:
         self.redis = client
         self.keys = keys
         self.lifetimes = lifetimes
-        self.meta_key = meta_key
         self._post = client.register_script(scripts.POST_INPUTS)
         self._beat = client.register_script(scripts.BEAT)
         self._job_start = client.register_script(scripts.JOB_START)
+        self._progress = client.register_script(scripts.PROGRESS)
+        self._outcome = client.register_script(scripts.OUTCOME)
 
     def job_started(self, task_id: str, alive_until_ms: int, live_s: int | None = None) -> TaskRecord | None:
         """The record a starting job needs, or None when the job was not started through MCP.
 
         Also restarts the record's lifetime (`live_s`, default TTL plus the longest job), so that a
         job that waited long in the queue still has its whole run ahead of it (a running task never
-        expires), and beats once.
+        expires), beats once and shows the job running.
         """
-        keys = [self.keys.task(task_id), self.keys.live()]
+        keys = [self.keys.task(task_id), self.keys.live(), self.keys.events(task_id)]
         lifetime = self.lifetimes.live_s if live_s is None else live_s
-        values = self._job_start(keys=keys, args=[lifetime, alive_until_ms, task_id, *JOB_FIELDS])
+        started = json.dumps({"status": "STARTED"})
+        values = self._job_start(keys=keys, args=[lifetime, alive_until_ms, task_id, now_ms(), started, *JOB_FIELDS])
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
 
@@ -74,12 +78,17 @@ class SyncStore:
                 )
             pipe.execute()
 
+    def progress(self, task_id: str, meta: Mapping[str, Any]) -> None:
+        """Show the job's progress (`{"status": ..., "result": ...}`, as Celery's result meta)."""
+        keys = [self.keys.task(task_id), self.keys.events(task_id)]
+        self._progress(keys=keys, args=[json.dumps(meta, default=str), now_ms()])
+
     def cancel_requested(self, task_id: str) -> bool:
         return bool(self.redis.hexists(self.keys.task(task_id), FIELD.CANCEL))
 
     def post_inputs(self, task_id: str, requests: Mapping[str, str], now_ms: int) -> tuple[bool, dict[str, str]]:
         """Publish input requests; returns (cancel requested, answers already stored by key)."""
-        keys = [self.keys.task(task_id), self.keys.answers(task_id)]
+        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.events(task_id)]
         reply = self._post(keys=keys, args=[now_ms, *_pairs(requests)])
         answers = {k: as_text(v) for k, v in zip(requests, reply[1:], strict=True) if v}
         return bool(reply[0]), answers
@@ -127,15 +136,19 @@ class SyncStore:
                 time.sleep(min(RECONNECT_PAUSE_S, left))
         return False
 
-    def job_ended(self, task_id: str, *, asked: bool) -> None:
-        """Let the record live for the TTL from now on, now that the job is over.
+    def job_ended(self, task_id: str, *, asked: bool, outcome: Mapping[str, Any] | None = None) -> None:
+        """Store the job's `outcome` (unless one is stored already) and let the record live for the TTL.
 
-        Celery writes the result meta just after this with the same expiry, so the record
-        never outlives the meta (which would make a finished task read as queued).
+        One round trip. `outcome` is None when the job ends without one of its own (a retry, or
+        a redelivery to come); `asked`: the task owns answers and a bell to expire too.
         """
-        keys = [self.keys.task(task_id)] + ([self.keys.answers(task_id), self.keys.bell(task_id)] if asked else [])
+        task = self.keys.task(task_id)
+        keys = [task] + ([self.keys.answers(task_id), self.keys.bell(task_id)] if asked else [])
         ttl_s = self.lifetimes.ttl_s
         with self.redis.pipeline(transaction=False) as pipe:
+            if outcome is not None:
+                encoded = json.dumps(outcome, default=str)
+                self._outcome(keys=[task, self.keys.events(task_id)], args=[encoded], client=pipe)
             for key in keys:
                 if ttl_s is None:
                     pipe.persist(key)

@@ -20,7 +20,7 @@ from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TaskMode
 from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
 from mcp_celery.worker.context import JobContext, current_context
-from mcp_celery.worker.execution import run_job
+from mcp_celery.worker.execution import WRAPPED, run_job
 
 __all__ = ["expose", "tool"]
 
@@ -183,17 +183,32 @@ def _register(app: Celery, spec: ToolSpec) -> None:
 
 
 def _wrap_run(celery_task: Task[Any, Any]) -> None:
-    """Route the task's body through `run_job`; Celery's tracer calls `task.run`."""
+    """Route the task's body through `run_job` (Celery's tracer calls `task.run`), and its progress to MCP."""
     run = celery_task.run
-    if getattr(run, "_mcp_celery_wrapped", False):
+    if getattr(run, WRAPPED, False):
         return
 
     @functools.wraps(run)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         return run_job(celery_task, run, args, kwargs)
 
-    wrapped._mcp_celery_wrapped = True  # type: ignore[attr-defined]
+    setattr(wrapped, WRAPPED, True)
     celery_task.run = wrapped  # type: ignore[method-assign]
+    _mirror_update_state(celery_task)
+
+
+def _mirror_update_state(celery_task: Task[Any, Any]) -> None:
+    """`self.update_state(...)` in an exposed task also shows in its MCP task (the record is all MCP reads)."""
+    update_state = celery_task.update_state
+
+    @functools.wraps(update_state)
+    def mirrored(task_id: str | None = None, state: str | None = None, meta: Any = None, **kwargs: Any) -> None:
+        update_state(task_id, state, meta, **kwargs)
+        ctx = current_context()
+        if ctx is not None and state is not None and (task_id is None or task_id == ctx.task_id):
+            ctx.report_state(state, meta)
+
+    celery_task.update_state = mirrored  # type: ignore[method-assign]
 
 
 def _is_bound(run: Callable[..., Any]) -> bool:

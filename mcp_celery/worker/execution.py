@@ -2,28 +2,45 @@
 
 Worker tier. Only for jobs started through MCP (those with a task record), `run_job` refuses
 to start a cancelled task, makes the JobContext current, turns a cancellation into Celery's
-REVOKED state, and shortens the record's life to the TTL once the job is over. Jobs started
-the ordinary Celery way run exactly as before.
+REVOKED state, stores the job's outcome in the record (the MCP side reads nothing else), and
+shortens the record's life to the TTL once the job is over. Jobs started the ordinary Celery
+way run exactly as before.
+
+Some endings happen outside the job, in the worker's main process: a pool process lost, a hard
+time limit, a revoke of a queued or terminated job. Celery reports those with its
+`task_failure` and `task_revoked` signals, which store the outcome the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Callable
 from typing import Any
 
-from celery import Task
-from celery.exceptions import Ignore
+from celery import Task, signals
+from celery.exceptions import Ignore, Reject, Retry
 
 from mcp_celery.errors import TaskCancelled
 from mcp_celery.store.schema import Lifetimes
+from mcp_celery.worker import outcome
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
 from mcp_celery.worker.heartbeat import Heartbeat
 
-__all__ = ["run_job"]
+__all__ = ["is_tool_task", "run_job"]
 
 logger = logging.getLogger(__name__)
+
+#: Set on an exception whose outcome `run_job` stored, so the task_failure signal skips it.
+_STORED = "_mcp_celery_outcome_stored"
+#: Set on the task body `run_job` wraps.
+WRAPPED = "_mcp_celery_wrapped"
+
+
+def is_tool_task(task: Any) -> bool:
+    """Whether `task` runs through `run_job` (an MCP tool)."""
+    return bool(getattr(getattr(task, "run", None), WRAPPED, False))
 
 
 def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -39,22 +56,35 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
         if attached
         else None
     )
+    if record is None:
+        with activate(JobContext(celery_task, store, None, input_timeout_s=worker.settings.input_timeout_s)):
+            return run(*args, **kwargs)
     ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
-    if record is not None:
-        heartbeat.add(record.task_id)
+    heartbeat.add(record.task_id)
+    ended: dict[str, Any] | None = None
     with activate(ctx):
         try:
-            if record is not None and record.cancel_ms is not None:
+            if record.cancel_ms is not None:
+                ended = outcome.revoked("cancelled before start")
                 _mark_cancelled(celery_task, "cancelled before start")
-            return run(*args, **kwargs)
+            value = run(*args, **kwargs)
+            ended = outcome.succeeded(value)
+            return value
         except TaskCancelled:
-            if record is None:
-                raise
+            ended = outcome.revoked("cancelled by client")
             _mark_cancelled(celery_task, "cancelled by client")
+        except Retry:
+            store.progress(record.task_id, {"status": "RETRY"})  # the job runs again later
+            raise
+        except (Ignore, Reject):
+            raise  # Celery's own control flow: the main process reports what follows
+        except Exception as exc:
+            ended = outcome.failed(exc, traceback.format_exc())
+            _flag_stored(exc)
+            raise
         finally:
-            if record is not None:
-                heartbeat.discard(record.task_id)
-                store.job_ended(record.task_id, asked=ctx.asked_for_input)
+            heartbeat.discard(record.task_id)
+            store.job_ended(record.task_id, asked=ctx.asked_for_input, outcome=ended)
 
 
 def _record_life_s(celery_task: Task[Any, Any], lifetimes: Lifetimes) -> int | None:
@@ -76,3 +106,40 @@ def _mark_cancelled(celery_task: Task[Any, Any], reason: str) -> None:
     except Exception:  # noqa: BLE001
         logger.warning("could not send the task-revoked event for %s", celery_task.request.id, exc_info=True)
     raise Ignore(reason)
+
+
+def _flag_stored(exc: BaseException) -> None:
+    try:
+        setattr(exc, _STORED, True)
+    except AttributeError:  # an exception type with __slots__: the signal stores it again (first one wins)
+        pass
+
+
+def _store_outside_the_job(task: Any, task_id: str | None, ended: dict[str, Any]) -> None:
+    if not task_id:
+        return
+    try:
+        worker_binding(task.app).store.job_ended(task_id, asked=True, outcome=ended)
+    except Exception:  # noqa: BLE001 - never break Celery's own failure path; the heartbeat still tells
+        logger.warning("could not store the outcome of task %s", task_id, exc_info=True)
+
+
+@signals.task_failure.connect(weak=False)
+def _failed_outside_the_job(
+    sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
+) -> None:
+    """A pool process lost, a hard time limit, a rejected message: the job could not store its outcome."""
+    if exception is None or not is_tool_task(sender) or getattr(exception, _STORED, False):
+        return
+    _store_outside_the_job(sender, task_id, outcome.failed(exception))
+
+
+@signals.task_revoked.connect(weak=False)
+def _revoked_outside_the_job(
+    sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False, **_: Any
+) -> None:
+    """A revoke that ended the job from outside: the message was dropped, or the process terminated."""
+    if not is_tool_task(sender) or request is None:
+        return
+    reason = "terminated" if terminated else "expired" if expired else "revoked"
+    _store_outside_the_job(sender, getattr(request, "id", None), outcome.revoked(reason))
