@@ -242,3 +242,12 @@ def patient(ctx: mcp_celery.JobContext, marker: str, seconds: float = 30) -> str
     markers.set(marker, "started", ex=600)
     ctx.sleep(seconds)
     return "done"
+
+
+@mcp_celery.tool(app)
+def nap(seconds: float, flag_file: str) -> str:
+    """Sleeps without touching Redis, then creates `flag_file` just before it returns."""
+    time.sleep(seconds)
+    with open(flag_file, "w") as flag:
+        flag.write("returning")
+    return "rested"

@@ -25,6 +25,8 @@ __all__ = ["MIN_BLOCK_S", "AnswerWait", "SyncStore"]
 MIN_BLOCK_S = 0.01
 #: How long a waiting job pauses before trying an unreachable Redis again.
 RECONNECT_PAUSE_S = 0.5
+#: How long a finished job keeps trying to store its outcome while Redis is unreachable (restarting).
+OUTCOME_RETRY_S = 120.0
 
 logger = logging.getLogger(__name__)
 
@@ -136,12 +138,28 @@ class SyncStore:
                 time.sleep(min(RECONNECT_PAUSE_S, left))
         return False
 
-    def job_ended(self, task_id: str, *, asked: bool, outcome: Mapping[str, Any] | None = None) -> None:
+    def job_ended(
+        self, task_id: str, *, asked: bool, outcome: Mapping[str, Any] | None = None, retry_s: float = OUTCOME_RETRY_S
+    ) -> None:
         """Store the job's `outcome` (unless one is stored already) and let the record live for the TTL.
 
-        One round trip. `outcome` is None when the job ends without one of its own (a retry, or
-        a redelivery to come); `asked`: the task owns answers and a bell to expire too.
+        One round trip, tried again for up to `retry_s` while Redis is unreachable: an outcome lost
+        to a Redis restart would leave the task to be reported lost. Storing it twice is harmless.
+        `outcome` is None when the job ends without one of its own (a retry, or a redelivery to
+        come); `asked`: the task owns answers and a bell to expire too.
         """
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                self._end(task_id, asked, outcome)
+                return
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() >= deadline:
+                    raise
+                logger.warning("task %s: Redis unreachable while storing how the job ended; retrying", task_id)
+                time.sleep(RECONNECT_PAUSE_S)
+
+    def _end(self, task_id: str, asked: bool, outcome: Mapping[str, Any] | None) -> None:
         task = self.keys.task(task_id)
         keys = [task] + ([self.keys.answers(task_id), self.keys.bell(task_id)] if asked else [])
         ttl_s = self.lifetimes.ttl_s

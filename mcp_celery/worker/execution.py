@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 #: Set on an exception whose outcome `run_job` stored, so the task_failure signal skips it.
 _STORED = "_mcp_celery_outcome_stored"
+#: How long the main process keeps trying to store an outcome while Redis is unreachable.
+OUTSIDE_RETRY_S = 5.0
 #: Set on the task body `run_job` wraps.
 WRAPPED = "_mcp_celery_wrapped"
 
@@ -83,8 +85,11 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
             _flag_stored(exc)
             raise
         finally:
-            heartbeat.discard(record.task_id)
-            store.job_ended(record.task_id, asked=ctx.asked_for_input, outcome=ended)
+            try:
+                store.job_ended(record.task_id, asked=ctx.asked_for_input, outcome=ended)
+            finally:
+                # Only now: while the outcome waits for Redis, the job still counts as alive.
+                heartbeat.discard(record.task_id)
 
 
 def _record_life_s(celery_task: Task[Any, Any], lifetimes: Lifetimes) -> int | None:
@@ -119,7 +124,8 @@ def _store_outside_the_job(task: Any, task_id: str | None, ended: dict[str, Any]
     if not task_id:
         return
     try:
-        worker_binding(task.app).store.job_ended(task_id, asked=True, outcome=ended)
+        # Briefly: in the worker's main process a long wait would hold up every other job.
+        worker_binding(task.app).store.job_ended(task_id, asked=True, outcome=ended, retry_s=OUTSIDE_RETRY_S)
     except Exception:  # noqa: BLE001 - never break Celery's own failure path; the heartbeat still tells
         logger.warning("could not store the outcome of task %s", task_id, exc_info=True)
 
