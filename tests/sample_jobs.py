@@ -251,3 +251,17 @@ def nap(seconds: float, flag_file: str) -> str:
     with open(flag_file, "w") as flag:
         flag.write("returning")
     return "rested"
+
+
+@mcp_celery.tool(app)
+def steady(seconds: float, flag_file: str, ctx: mcp_celery.JobContext) -> str:
+    """Reports progress and checks for cancel every 20 ms for `seconds`, touching Redis only through ctx."""
+    end = time.monotonic() + seconds
+    step = 0
+    while time.monotonic() < end:
+        step += 1
+        ctx.status(f"step {step}")
+        time.sleep(0.02)
+    with open(flag_file, "w") as flag:
+        flag.write("returning")
+    return f"steady after {step} steps"

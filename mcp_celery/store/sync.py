@@ -81,12 +81,23 @@ class SyncStore:
             pipe.execute()
 
     def progress(self, task_id: str, meta: Mapping[str, Any]) -> None:
-        """Show the job's progress (`{"status": ..., "result": ...}`, as Celery's result meta)."""
+        """Show the job's progress (`{"status": ..., "result": ...}`, as Celery's result meta).
+
+        Best effort: while Redis is unreachable (restarting) the job goes on; its next progress shows.
+        """
         keys = [self.keys.task(task_id), self.keys.events(task_id)]
-        self._progress(keys=keys, args=[json.dumps(meta, default=str), now_ms()])
+        try:
+            self._progress(keys=keys, args=[json.dumps(meta, default=str), now_ms()])
+        except (redis.ConnectionError, redis.TimeoutError):
+            logger.warning("task %s: Redis unreachable; this progress is not shown", task_id)
 
     def cancel_requested(self, task_id: str) -> bool:
-        return bool(self.redis.hexists(self.keys.task(task_id), FIELD.CANCEL))
+        """Whether the client cancelled; False while Redis is unreachable (the flag is durable, seen later)."""
+        try:
+            return bool(self.redis.hexists(self.keys.task(task_id), FIELD.CANCEL))
+        except (redis.ConnectionError, redis.TimeoutError):
+            logger.warning("task %s: Redis unreachable; cancel checked again at the next checkpoint", task_id)
+            return False
 
     def post_inputs(self, task_id: str, requests: Mapping[str, str], now_ms: int) -> tuple[bool, dict[str, str]]:
         """Publish input requests; returns (cancel requested, answers already stored by key)."""
