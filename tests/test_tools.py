@@ -130,3 +130,55 @@ def test_one_setting_for_the_longest_job_sets_the_time_limit_and_the_records_lif
     monkeypatch.delenv("MCP_CELERY_MAX_JOB_S")
     plain = make_app(task_time_limit=None)
     assert AppBinding.create(plain, Settings()).lifetimes.max_job_s == 6 * 3600  # no limit anywhere: 6 h
+
+
+def test_retry_on_worker_loss_acks_late_and_needs_a_time_limit_below_the_visibility_timeout() -> None:
+    app = Celery("t", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+    mcp_celery.configure_app(app, max_job=timedelta(hours=1))
+
+    @mcp_celery.tool(app, retry_on_worker_loss=True)
+    def again() -> None: ...
+
+    @mcp_celery.tool(app)
+    def once() -> None: ...
+
+    tools = registry(app)
+    assert tools["again"].redelivered_on_loss and not tools["once"].redelivered_on_loss
+    task: Any = tools["again"].celery_task
+    assert task.acks_late and task.reject_on_worker_lost and not task.retry_on_worker_lost
+    # Every place Celery's Redis docs name holds the same visibility timeout, twice the longest job.
+    assert app.conf.broker_transport_options["visibility_timeout"] == 7200
+    assert app.conf.result_backend_transport_options["visibility_timeout"] == 7200
+    assert app.conf.visibility_timeout == 7200
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="visibility timeout"):
+
+        @mcp_celery.tool(app, retry_on_worker_loss=True, time_limit=3 * 3600)
+        def longer_than_the_timeout() -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="acks_late=True"):
+
+        @mcp_celery.tool(app, retry_on_worker_loss=True, acks_late=False)
+        def early() -> None: ...
+
+    @app.task
+    def plain(x: int) -> int:
+        return x
+
+    mcp_celery.expose(plain, retry_on_worker_loss=True)
+    assert registry(app)["plain"].redelivered_on_loss
+
+    # Without configure_app a Redis broker's timeout is kombu's hour and nothing limits a job.
+    bare = Celery("b", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="hard time limit"):
+
+        @mcp_celery.tool(bare, retry_on_worker_loss=True)
+        def unlimited() -> None: ...
+
+    # RabbitMQ has no visibility timeout: only its consumer_timeout, which is broker configuration.
+    rabbit = Celery("r", broker="amqp://guest@127.0.0.1//", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+
+    @mcp_celery.tool(rabbit, retry_on_worker_loss=True)
+    def on_rabbit() -> None: ...
+
+    assert registry(rabbit)["on_rabbit"].redelivered_on_loss

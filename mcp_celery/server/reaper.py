@@ -67,6 +67,7 @@ class Reaper:
         self.check_ms = int(settings.queue_check_s * 1000)
         self.broker = RedisBroker.of_app(service.binding.app)
         self._missing: dict[str, int] = {}  # task id -> when its message was first found nowhere (ms)
+        self._queues: dict[str, str] = {}  # tool -> the queue its messages go to
 
     def first_check_ms(self, created_ms: int) -> int | None:
         """When a new task's message is first looked for (None: the broker cannot be looked into)."""
@@ -106,7 +107,9 @@ class Reaper:
         spec = self.service.tools.get(tool)
         if spec is None or self.broker is None:
             return None
-        queue = _queue_of(spec.celery_task)
+        queue = self._queues.get(tool)
+        if queue is None:
+            queue = self._queues[tool] = _queue_of(spec.celery_task)
         if not spec.redelivered_on_loss:
             return _Sought(queue, alive_ms is not None, 0.0)
         # A delivery from before the heartbeat ran out belongs to the lost run; one not started
