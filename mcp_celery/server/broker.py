@@ -36,29 +36,43 @@ NOWHERE, QUEUED, DELIVERED, STALE = 0, 1, 2, 3
 
 # KEYS[1] unacked hash, KEYS[2] unacked index, then the queue's lists (one per priority step).
 # ARGV: pairs of task id and "stale before" (s; 0: never stale).
-# One pass over the queue and the unacked hash, whatever the number of ids (each message's
-# ids are matched against a table). Returns, in ARGV order, {where, tag, message}: NOWHERE (0),
-# QUEUED (1), DELIVERED (2: a worker holds it) or STALE (3: delivered before its "stale before"
-# time, so its worker is gone; tag and the unacked entry come with it, for REQUEUE).
+# Returns, in ARGV order, {where, tag, entry}: NOWHERE (0), QUEUED (1), DELIVERED (2: a worker
+# holds it) or STALE (3: delivered before its "stale before" time, so its worker is gone; the
+# tag and the unacked entry come with it, for REQUEUE).
+# Each list is read from its right end, where BRPOP takes the oldest messages, 500 at a time,
+# and the reading stops once every id is found: the ids asked about are of tasks queued the
+# longest, so a healthy queue is read only as deep as they sit. An id found nowhere costs one
+# whole pass over the queue. Each message's ids are matched against a table, so the cost does
+# not grow with the number of ids asked about. The unacked hash (a few entries per worker
+# process: no prefetch) is read only for ids not found in the queue.
 WHEREABOUTS = """
-local want, where, tag, entry = {}, {}, {}, {}
-for i = 1, #ARGV, 2 do want[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local want, where, tag, entry, missing = {}, {}, {}, {}, 0
+for i = 1, #ARGV, 2 do want[ARGV[i]] = tonumber(ARGV[i + 1]); missing = missing + 1 end
 local function ids(message) return string.gmatch(message, '"id": ?"([^"]+)"') end
 for k = 3, #KEYS do
-  for _, message in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
-    for id in ids(message) do if want[id] then where[id] = 1 end end
+  local stop = redis.call('LLEN', KEYS[k])
+  while missing > 0 and stop > 0 do
+    local start = math.max(stop - 500, 0)
+    for _, message in ipairs(redis.call('LRANGE', KEYS[k], start, stop - 1)) do
+      for id in ids(message) do
+        if want[id] and not where[id] then where[id] = 1; missing = missing - 1 end
+      end
+    end
+    stop = start
   end
 end
-local unacked = redis.call('HGETALL', KEYS[1])
-for j = 1, #unacked, 2 do
-  for id in ids(unacked[j + 1]) do
-    local stale = want[id]
-    if stale and where[id] ~= 1 then
-      local at = tonumber(redis.call('ZSCORE', KEYS[2], unacked[j]) or '0')
-      if stale > 0 and at < stale then
-        where[id], tag[id], entry[id] = 3, unacked[j], unacked[j + 1]
-      elseif where[id] ~= 3 then
-        where[id] = 2
+if missing > 0 then
+  local unacked = redis.call('HGETALL', KEYS[1])
+  for j = 1, #unacked, 2 do
+    for id in ids(unacked[j + 1]) do
+      local stale = want[id]
+      if stale and where[id] ~= 1 then
+        local at = tonumber(redis.call('ZSCORE', KEYS[2], unacked[j]) or '0')
+        if stale > 0 and at < stale then
+          where[id], tag[id], entry[id] = 3, unacked[j], unacked[j + 1]
+        elseif where[id] ~= 3 then
+          where[id] = 2
+        end
       end
     end
   end
