@@ -271,3 +271,11 @@ def doomed_two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
     first = ctx.elicit("First?", NAME)
     second = ctx.elicit("Second?", NAME)
     return f"{(first.content or {})['name']},{(second.content or {})['name']},runs={runs}"
+
+
+@mcp_celery.tool(app, retry_on_worker_loss=2)
+def always_dies(marker: str) -> str:
+    """At-least-once, but every run kills its own pool process: it must end, not run for ever."""
+    markers.incr(marker)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"

@@ -125,6 +125,17 @@ def test_an_at_least_once_job_whose_pool_process_is_killed_runs_again(
     assert failed["status"] == "failed" and "worker running the job was lost" in failed["statusMessage"], failed
 
 
+def test_a_job_that_kills_its_worker_every_time_ends_failed_after_its_allowed_runs(
+    client: HttpClient, store_redis: redis.Redis
+) -> None:
+    m = f"always-dies-{uuid.uuid4()}"
+    task_id = client.start("always_dies", {"marker": m})
+    failed = client.wait(task_id, timeout=60)
+    assert failed["status"] == "failed" and failed["error"]["code"] == -32603, failed
+    assert "lost its worker 3 times; it is not run again" in failed["statusMessage"], failed
+    assert store_redis.get(m) == b"3"  # the first run and the two allowed again; the fourth start refused
+
+
 def test_answers_given_before_the_worker_was_lost_are_replayed_to_the_new_run(
     client: HttpClient,
     store_redis: redis.Redis,

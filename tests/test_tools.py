@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from celery import Celery
@@ -146,6 +146,7 @@ def test_retry_on_worker_loss_acks_late_and_needs_a_time_limit_below_the_visibil
     assert tools["again"].redelivered_on_loss and not tools["once"].redelivered_on_loss
     task: Any = tools["again"].celery_task
     assert task.acks_late and task.reject_on_worker_lost and not task.retry_on_worker_lost
+    assert task.mcp_celery_max_reruns == 3  # a job that kills its worker every time ends after 3 runs again
     # Every place Celery's Redis docs name holds the same visibility timeout, twice the longest job.
     assert app.conf.broker_transport_options["visibility_timeout"] == 7200
     assert app.conf.result_backend_transport_options["visibility_timeout"] == 7200
@@ -165,8 +166,13 @@ def test_retry_on_worker_loss_acks_late_and_needs_a_time_limit_below_the_visibil
     def plain(x: int) -> int:
         return x
 
-    mcp_celery.expose(plain, retry_on_worker_loss=True)
-    assert registry(app)["plain"].redelivered_on_loss
+    mcp_celery.expose(plain, retry_on_worker_loss=5)
+    assert registry(app)["plain"].redelivered_on_loss and cast(Any, plain).mcp_celery_max_reruns == 5
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="positive count"):
+
+        @mcp_celery.tool(app, retry_on_worker_loss=-1)
+        def negative() -> None: ...
 
     # Without configure_app a Redis broker's timeout is kombu's hour and nothing limits a job.
     bare = Celery("b", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)

@@ -60,6 +60,7 @@ class FIELD:
     UPDATED = "updated"
     FINAL = "final"
     ALIVE_UNTIL = "alive"
+    RUNS = "runs"  # starts of a retry_on_worker_loss job (counted only for those)
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.

@@ -20,11 +20,14 @@ from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TaskMode
 from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
 from mcp_celery.worker.context import JobContext, current_context
-from mcp_celery.worker.execution import run_job
+from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, run_job
 
 __all__ = ["expose", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: How many times `retry_on_worker_loss=True` lets a job run again after losing its worker.
+DEFAULT_RERUNS = 3
 
 
 @overload
@@ -41,7 +44,7 @@ def tool(
     task_mode: TaskMode = "optional",
     terminate_on_cancel: bool = False,
     ask_first: AskFirst | None = None,
-    retry_on_worker_loss: bool = False,
+    retry_on_worker_loss: bool | int = False,
     **task_options: Any,
 ) -> Callable[[F], F]: ...
 def tool(
@@ -55,7 +58,7 @@ def tool(
     task_mode: TaskMode = "optional",
     terminate_on_cancel: bool = False,
     ask_first: AskFirst | None = None,
-    retry_on_worker_loss: bool = False,
+    retry_on_worker_loss: bool | int = False,
     **task_options: Any,
 ) -> Any:
     """Make `fn` a Celery task of `app` and an MCP tool.
@@ -76,8 +79,10 @@ def tool(
         retry_on_worker_loss: at-least-once delivery, for idempotent jobs only: when the
             worker running the job is lost (its process or the whole worker killed), the job
             runs again from the start on another worker instead of ending failed; answers
-            already given are replayed. Sets Celery's `acks_late` and `reject_on_worker_lost`
-            (not Celery's own `retry_on_worker_lost`, which retries after a countdown).
+            already given are replayed. True allows 3 runs again (a job that kills its worker
+            every time then ends failed), a number that many. Sets Celery's `acks_late` and
+            `reject_on_worker_lost` (not Celery's own `retry_on_worker_lost`, which retries
+            after a countdown).
         **task_options: passed to `app.task` (e.g. `queue`, `time_limit`); `celery_name=` sets the
             Celery task name (default: `module.function`, as Celery names it).
 
@@ -91,7 +96,7 @@ def tool(
         tool_name = name or func.__name__
         options = dict(task_options)
         if retry_on_worker_loss:
-            _deliver_at_least_once(app, tool_name, options)
+            _deliver_at_least_once(app, tool_name, options, retry_on_worker_loss)
         celery_task, model, context_param, output = _job_task(app, func, tool_name, options)
         spec = ToolSpec(
             name=tool_name,
@@ -152,7 +157,7 @@ def expose(
     description: str | None = None,
     task_mode: TaskMode = "optional",
     terminate_on_cancel: bool = False,
-    retry_on_worker_loss: bool = False,
+    retry_on_worker_loss: bool | int = False,
 ) -> Task[Any, Any]:
     """Expose an existing Celery task as an MCP tool, its code unchanged.
 
@@ -166,9 +171,10 @@ def expose(
     """
     tool_name = name or celery_task.name.rsplit(".", 1)[-1]
     if retry_on_worker_loss:
-        options = {"time_limit": celery_task.time_limit}
-        _deliver_at_least_once(celery_task.app, tool_name, options)
-        celery_task.acks_late = celery_task.reject_on_worker_lost = True
+        options: dict[str, Any] = {"time_limit": celery_task.time_limit}
+        _deliver_at_least_once(celery_task.app, tool_name, options, retry_on_worker_loss)
+        for option, value in options.items():
+            setattr(celery_task, option, value)
     run = celery_task.run
     skip = ("self",) if getattr(celery_task, "bind", False) or _is_bound(run) else ()
     model, _, output = build_input_model(_unbound(run), tool_name, skip=skip, context_type=None)
@@ -186,7 +192,7 @@ def expose(
     return celery_task
 
 
-def _deliver_at_least_once(app: Celery, tool_name: str, task_options: dict[str, Any]) -> None:
+def _deliver_at_least_once(app: Celery, tool_name: str, task_options: dict[str, Any], reruns: bool | int) -> None:
     """Late ack and reject on worker loss: the broker keeps the message until the job ends.
 
     With a Redis broker, a message not acked within the visibility timeout is handed to another
@@ -202,6 +208,11 @@ def _deliver_at_least_once(app: Celery, tool_name: str, task_options: dict[str, 
         if task_options.get(option) is False:
             raise ToolDefinitionError(f"tool {tool_name!r}: retry_on_worker_loss needs {option}=True")
         task_options[option] = True
+    # Counted by run_job: a job that kills its worker every time must end, not run for ever.
+    allowed = DEFAULT_RERUNS if reruns is True else int(reruns)
+    if allowed < 1:
+        raise ToolDefinitionError(f"tool {tool_name!r}: retry_on_worker_loss must be True or a positive count")
+    task_options[MAX_RERUNS_ATTRIBUTE] = allowed
     if not str(app.conf.broker_url or "").startswith(("redis", "rediss", "sentinel")):
         return  # RabbitMQ redelivers when the worker's channel closes; no visibility timeout
     timeout = (app.conf.broker_transport_options or {}).get("visibility_timeout", 3600)
