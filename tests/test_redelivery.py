@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from mcp_celery.server.reaper import LOST_BEFORE_START
+from tests import sample_jobs
 from tests.support import HttpClient, Process, caps, start_http_server, start_worker, wait_for
 
 LOST_TIMEOUT_S = 6.0
@@ -217,3 +218,37 @@ def test_a_lost_message_ends_failed_while_a_task_queued_behind_a_busy_worker_wai
     done = client.wait(queued_id, timeout=20)
     assert done["status"] == "completed", done
     assert store_redis.get(lost) is None  # it never ran
+
+
+@pytest.mark.skipif(not REDIS_BROKER, reason="kombu's unacked hash is the Redis transport's")
+def test_a_message_taken_by_a_worker_that_died_before_starting_it_runs_if_at_least_once(
+    client: HttpClient, store_redis: redis.Redis, env: dict[str, str], tmp_path: Path, replacement: list[Process]
+) -> None:
+    """A consumer takes both messages and dies: kombu keeps them in its unacked hash for 12 h.
+
+    The at-least-once one goes back to its queue once it has been held unstarted longer than the
+    heartbeat timeout; the at-most-once one waits for the visibility timeout (it never ran, so
+    it is never failed either: a live worker holding it might still start it).
+    """
+    again, once = f"again-{uuid.uuid4()}", f"once-{uuid.uuid4()}"
+    retried = client.start("doomed_retry_loop", {"seconds": 0, "marker": again})
+    held = client.start("doomed_loop", {"seconds": 0, "marker": once})
+    with sample_jobs.app.connection_for_read() as connection:
+        channel: Any = connection.default_channel
+        for _ in range(2):
+            assert channel.basic_get("doomed", no_ack=False) is not None
+        channel.qos._delivered.clear()  # a dead consumer restores nothing
+    broker = redis.Redis.from_url(os.environ["TEST_BROKER_URL"])
+    assert broker.hlen("unacked") == 2 and broker.llen("doomed") == 0
+
+    start_replacement(env, tmp_path, replacement)
+    done = client.wait(retried, timeout=LOST_TIMEOUT_S + QUEUE_CHECK_S + 20)
+    assert done["status"] == "completed" and text_of(done) == "survived runs=1", done
+    task = client.get(held)
+    assert task["status"] == "working" and task["statusMessage"] == "queued", task
+    assert store_redis.get(once) is None
+    client.result("tasks/cancel", {"taskId": held})
+    for tag, entry in broker.hgetall("unacked").items():  # not left for the visibility timeout to bring back
+        if f'"id": "{held}"'.encode() in entry:
+            broker.hdel("unacked", tag)
+            broker.zrem("unacked_index", tag)

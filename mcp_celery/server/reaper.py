@@ -143,6 +143,10 @@ class Reaper:
             record = found[0]
             if (record.alive_until_ms is not None) != started or (record.alive_until_ms or 0) > now:
                 return  # a job started (or beat) meanwhile: not lost
+            if record.cancel_ms is not None:
+                # Cancelled: a worker drops a revoked message; the task reads cancelled after the grace.
+                await self.service.store.recheck([task_id], now + self.check_ms)
+                return
             message = LOST_WITH_WORKER if started else LOST_BEFORE_START
             logger.warning("task %s: %s", task_id, message)
             view = TaskView("failed", now, message, error={"code": INTERNAL_ERROR, "message": message})
