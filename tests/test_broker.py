@@ -25,7 +25,7 @@ QUEUE = "probe"
 
 @pytest.fixture
 def app() -> Iterator[Celery]:
-    url = session_redis(8)
+    url = session_redis(7)
     redis.Redis.from_url(url).flushdb()
     celery = Celery("probe", broker=url, backend=session_redis(13), set_as_current=False)
     yield celery
