@@ -51,6 +51,13 @@ class Settings(BaseSettings):
         description="A running job whose worker stops its heartbeat for this long ends failed (worker lost); "
         "the worker beats three times per period and each beat carries the deadline, so servers need not agree.",
     )
+    queue_check_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A task whose job has not started this long after it was created has its message looked "
+        "for in a Redis broker (its queue and kombu's unacked hash); found in neither, twice, the task ends "
+        "failed (the message was lost before any worker started it).",
+    )
     input_timeout_s: float = Field(
         default=3600.0, gt=0, description="Default time a job waits for an answer to an input request."
     )

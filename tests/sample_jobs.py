@@ -265,3 +265,41 @@ def steady(seconds: float, flag_file: str, ctx: mcp_celery.JobContext) -> str:
     with open(flag_file, "w") as flag:
         flag.write("returning")
     return f"steady after {step} steps"
+# ---------------------------------------------------------------- at-least-once (retry_on_worker_loss)
+
+
+@mcp_celery.tool(app, queue="doomed", retry_on_worker_loss=True)
+def doomed_retry_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str) -> str:
+    """At-least-once: counts its runs, then works with a checkpoint every 50 ms (its worker gets killed)."""
+    runs = markers.incr(marker)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ctx.status("working")
+        time.sleep(0.05)
+    return f"survived runs={runs}"
+
+
+@mcp_celery.tool(app, retry_on_worker_loss=True)
+def die_once(marker: str) -> str:
+    """At-least-once: its first run kills its own pool process, as the OOM killer would; the re-run returns."""
+    runs = markers.incr(marker)
+    if runs == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"runs={runs}"
+
+
+@mcp_celery.tool(app, queue="doomed", task_mode="required", retry_on_worker_loss=True)
+def doomed_two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
+    """At-least-once, two questions in a row; counts its runs (its worker gets killed between them)."""
+    runs = markers.incr(marker)
+    first = ctx.elicit("First?", NAME)
+    second = ctx.elicit("Second?", NAME)
+    return f"{(first.content or {})['name']},{(second.content or {})['name']},runs={runs}"
+
+
+@mcp_celery.tool(app, retry_on_worker_loss=2)
+def always_dies(marker: str) -> str:
+    """At-least-once, but every run kills its own pool process: it must end, not run for ever."""
+    markers.incr(marker)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"

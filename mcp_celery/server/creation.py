@@ -130,7 +130,7 @@ async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arg
     """Record first, then queue: a `tasks/get` right after the handle is returned must succeed."""
     task_id = record.task_id
     indexed = service.settings.max_live_tasks_per_principal is not None
-    await service.store.create(record, index=indexed)
+    await service.store.create(record, index=indexed, check_at_ms=service.first_check_ms(record.created_ms))
     try:
         # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
         await anyio.to_thread.run_sync(

@@ -35,15 +35,19 @@ class AsyncStore:
         self._answer = client.register_script(scripts.ANSWER)
         self._freeze = client.register_script(scripts.FREEZE)
 
-    async def create(self, record: TaskRecord, *, index: bool = False) -> None:
+    async def create(self, record: TaskRecord, *, index: bool = False, check_at_ms: int | None = None) -> None:
         """Write the record, so that `tasks/get` succeeds before the job is queued.
 
         `index` also adds the task to its owner's set (only kept when a per-principal quota is set).
+        `check_at_ms`: when a server looks for the job's message if no job has started by then
+        (the task waits in `live` with that score; JOB_START replaces it with the heartbeat's).
         """
         key = self.keys.task(record.task_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping=dict(record.to_hash()))  # type: ignore[arg-type]
             pipe.expire(key, self.lifetimes.live_s)
+            if check_at_ms is not None:
+                pipe.zadd(self.keys.live(), {record.task_id: check_at_ms})
             if index:
                 owned = self.keys.owner_tasks(record.owner)
                 pipe.zadd(owned, {record.task_id: record.created_ms})
@@ -97,6 +101,23 @@ class AsyncStore:
         """Ids of running tasks whose heartbeat ran out before `now_ms`."""
         found = await self.redis.zrangebyscore(self.keys.live(), "-inf", now_ms, start=0, num=limit)
         return [as_text(task_id) for task_id in found if isinstance(task_id, bytes | str)]
+
+    async def job_marks(self, task_ids: list[str]) -> dict[str, tuple[str, int | None]]:
+        """Each task's tool and heartbeat deadline (None: no job started yet); one round trip, no record: left out."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.hmget(self.keys.task(task_id), [FIELD.TOOL, FIELD.ALIVE_UNTIL])
+            replies = await pipe.execute()
+        return {
+            task_id: (as_text(tool), int(alive) if alive else None)
+            for task_id, (tool, alive) in zip(task_ids, replies, strict=True)
+            if tool is not None
+        }
+
+    async def recheck(self, task_ids: list[str], at_ms: int) -> None:
+        """Look at these tasks again at `at_ms` (XX: a task whose job has ended meanwhile stays out)."""
+        if task_ids:
+            await self.redis.zadd(self.keys.live(), dict.fromkeys(task_ids, at_ms), xx=True)
 
     async def forget_live(self, task_ids: list[str]) -> None:
         if task_ids:

@@ -68,6 +68,7 @@ class FIELD:
     ALIVE_UNTIL = "alive"
     PROGRESS = "progress"
     OUTCOME = "outcome"
+    RUNS = "runs"  # starts of a retry_on_worker_loss job (counted only for those)
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -106,7 +107,11 @@ class Keys:
         return f"{self.prefix}:task:{task_id}:events"
 
     def live(self) -> str:
-        """Sorted set of running tasks scored by the time their heartbeat runs out (ms)."""
+        """Sorted set of running tasks scored by the time their heartbeat runs out (ms).
+
+        With a Redis broker, a task enters it when created, scored by when to look for its message
+        if no job has started by then (`mcp_celery.server.reaper`); JOB_START replaces that score.
+        """
         return f"{self.prefix}:live"
 
     def owner_tasks(self, principal: str) -> str:

@@ -71,6 +71,10 @@ class SyncStore:
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
 
+    def count_run(self, task_id: str) -> int:
+        """Count one more start of a job that runs again when its worker is lost; returns the count."""
+        return int(self.redis.hincrby(self.keys.task(task_id), FIELD.RUNS, 1))
+
     def beat(self, task_ids: list[str], alive_until_ms: int) -> None:
         """Heartbeat of running jobs: each stays `alive` until `alive_until_ms` (one round trip for all)."""
         with self.redis.pipeline(transaction=False) as pipe:

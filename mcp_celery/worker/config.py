@@ -43,9 +43,17 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
     rejected, never executed). Call it before your own `app.conf` changes if you want to
     override any of these.
 
-    Per broker: with Redis, the visibility timeout is twice the longest job; with RabbitMQ
-    nothing broker-side is set (a job is acked when it starts, so RabbitMQ's consumer_timeout
-    never applies to it).
+    Per broker: with Redis, the visibility timeout is twice the longest job (set in every place
+    Celery's Redis documentation names). With RabbitMQ nothing broker-side is set: a job is acked
+    when it starts, so RabbitMQ's consumer_timeout never applies to it.
+
+    Tools with `retry_on_worker_loss=True` ack late instead. For them, the visibility timeout
+    must outlive any job, and a job whose connection to the broker drops is stopped rather than
+    left running beside the copy the broker hands out again. With RabbitMQ, the broker's own
+    `consumer_timeout` (default 30 min) must likewise exceed the longest at-least-once job:
+    RabbitMQ closes the channel of a consumer that holds a message unacked for longer, and the
+    job then runs again. That is broker configuration (rabbitmq.conf `consumer_timeout`, in ms),
+    which no Celery setting can change; the worker logs a warning naming such tools at start.
     """
     if max_job is None:
         from_env = Settings().max_job_s
@@ -61,6 +69,15 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
         task_send_sent_event=True,
         task_time_limit=seconds,
         broker_transport_options={**app.conf.broker_transport_options, "visibility_timeout": 2 * seconds},
+        # Celery's Redis docs name these two places as well; this Celery reads the first only.
+        result_backend_transport_options={
+            **(app.conf.result_backend_transport_options or {}),
+            "visibility_timeout": 2 * seconds,
+        },
+        visibility_timeout=2 * seconds,
+        # Only late-ack jobs: on a broker connection loss their message goes back to the queue,
+        # so the running copy is stopped instead of running on beside a redelivered one.
+        worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
         # JSON only, both ways: a pickle message published to the broker is refused, never
         # unpickled (unpickling runs code), and results are never read back as pickle.

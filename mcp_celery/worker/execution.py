@@ -21,8 +21,10 @@ from typing import Any
 from celery import Task, signals
 from celery.exceptions import Ignore, Reject, Retry
 
-from mcp_celery.errors import TaskCancelled
+from mcp_celery.errors import ProtocolError, TaskCancelled
+from mcp_celery.protocol import INTERNAL_ERROR
 from mcp_celery.store.schema import Lifetimes
+from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker import outcome
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
@@ -69,6 +71,7 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
             if record.cancel_ms is not None:
                 ended = outcome.revoked("cancelled before start")
                 _mark_cancelled(celery_task, "cancelled before start")
+            _refuse_endless_reruns(celery_task, store, record.task_id)
             value = run(*args, **kwargs)
             ended = outcome.succeeded(value)
             return value
@@ -90,6 +93,26 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
             finally:
                 # Only now: while the outcome waits for Redis, the job still counts as alive.
                 heartbeat.discard(record.task_id)
+
+
+#: The Celery task attribute `retry_on_worker_loss` sets: how many times the job may run again.
+MAX_RERUNS_ATTRIBUTE = "mcp_celery_max_reruns"
+
+
+def _refuse_endless_reruns(celery_task: Task[Any, Any], store: SyncStore, task_id: str) -> None:
+    """End a `retry_on_worker_loss` job that lost its worker too often (one that kills it every time).
+
+    Raises:
+        ProtocolError: the job has run its allowed number of times already; the task ends failed.
+    """
+    allowed = getattr(celery_task, MAX_RERUNS_ATTRIBUTE, None)
+    if not allowed:
+        return  # at-most-once: nothing counted, no extra round trip
+    runs = store.count_run(task_id)
+    if runs > allowed + 1:
+        raise ProtocolError(
+            INTERNAL_ERROR, f"the job lost its worker {runs - 1} times; it is not run again (retry_on_worker_loss)"
+        )
 
 
 def _record_life_s(celery_task: Task[Any, Any], lifetimes: Lifetimes) -> int | None:
