@@ -265,6 +265,8 @@ def steady(seconds: float, flag_file: str, ctx: mcp_celery.JobContext) -> str:
     with open(flag_file, "w") as flag:
         flag.write("returning")
     return f"steady after {step} steps"
+
+
 # ---------------------------------------------------------------- at-least-once (retry_on_worker_loss)
 
 
