@@ -51,6 +51,13 @@ class Settings(BaseSettings):
         description="A running job whose worker stops its heartbeat for this long ends failed (worker lost); "
         "the worker beats three times per period and each beat carries the deadline, so servers need not agree.",
     )
+    shutdown_grace_s: float = Field(
+        default=25.0,
+        ge=0,
+        description="On a worker's SIGTERM (warm shutdown), how long its running jobs may go on before they are "
+        "stopped and their tasks end failed, saying the worker shut down; keep it below the time your process "
+        "manager waits before SIGKILL (Kubernetes: 30 s by default).",
+    )
     input_timeout_s: float = Field(
         default=3600.0, gt=0, description="Default time a job waits for an answer to an input request."
     )

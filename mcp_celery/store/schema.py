@@ -68,6 +68,8 @@ class FIELD:
     ALIVE_UNTIL = "alive"
     PROGRESS = "progress"
     OUTCOME = "outcome"
+    #: Why the job's heartbeat is about to stop (its worker is shutting down); shown if it does.
+    LOST = "lost"
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -83,6 +85,7 @@ JOB_FIELDS = (
     FIELD.CREATED,
     FIELD.TTL,
     FIELD.POLL,
+    FIELD.ALIVE_UNTIL,  # set: an earlier delivery of the job already started
 )
 
 
@@ -159,6 +162,7 @@ class TaskRecord:
     alive_until_ms: int | None = None
     progress: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
+    lost_reason: str | None = None
     inputs: dict[str, Any] = field(default_factory=lambda: {})
     first_answers: dict[str, Any] = field(default_factory=lambda: {})
 
@@ -200,6 +204,7 @@ class TaskRecord:
             alive_until_ms=_int_or_none(raw.get(FIELD.ALIVE_UNTIL)),
             progress=_json_or_none(raw.get(FIELD.PROGRESS)),
             outcome=_json_or_none(raw.get(FIELD.OUTCOME)),
+            lost_reason=raw.get(FIELD.LOST) or None,
             inputs=inputs,
             first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
         )

@@ -46,7 +46,12 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
     Per broker: with Redis, the visibility timeout is twice the longest job; with RabbitMQ
     nothing broker-side is set (a job is acked when it starts, so RabbitMQ's consumer_timeout
     never applies to it).
+
+    A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to finish (worker/shutdown.py).
     """
+    from mcp_celery.worker.shutdown import install_shutdown_grace  # it needs worker_binding, below
+
+    install_shutdown_grace(app)
     if max_job is None:
         from_env = Settings().max_job_s
         max_job = DEFAULT_MAX_JOB if from_env is None else timedelta(seconds=from_env)
