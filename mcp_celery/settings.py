@@ -58,6 +58,13 @@ class Settings(BaseSettings):
         "for in a Redis broker (its queue and kombu's unacked hash); found in neither, twice, the task ends "
         "failed (the message was lost before any worker started it).",
     )
+    shutdown_grace_s: float = Field(
+        default=25.0,
+        ge=0,
+        description="On a worker's SIGTERM (warm shutdown), how long its running jobs may go on before they are "
+        "stopped and their tasks end failed, saying the worker shut down; keep it below the time your process "
+        "manager waits before SIGKILL (Kubernetes: 30 s by default).",
+    )
     input_timeout_s: float = Field(
         default=3600.0, gt=0, description="Default time a job waits for an answer to an input request."
     )

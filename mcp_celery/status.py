@@ -164,7 +164,7 @@ def task_view(
         return _cancelled_late(cancel_deadline)
     if record.alive_until_ms is not None and now_ms > record.alive_until_ms:
         if not redelivered_on_loss:
-            return _worker_lost(record.alive_until_ms)
+            return _worker_lost(record.alive_until_ms, record.lost_reason)
         return TaskView("working", record.alive_until_ms, "the worker was lost; waiting to run the job again")
     updated = record.updated_ms or record.created_ms
     if record.inputs and record.cancel_ms is None:
@@ -173,8 +173,9 @@ def task_view(
     return TaskView("working", updated, message)
 
 
-def _worker_lost(at_ms: int) -> TaskView:
-    message = f"the worker running the job was lost: no heartbeat since {iso_ms(at_ms)}"
+def _worker_lost(at_ms: int, reason: str | None = None) -> TaskView:
+    # A worker that shut down said why before its job stopped; otherwise it died without a word.
+    message = reason or f"the worker running the job was lost: no heartbeat since {iso_ms(at_ms)}"
     return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message})
 
 

@@ -184,9 +184,12 @@ def ask_sample_and_roots(ctx: mcp_celery.JobContext) -> str:
     return f"{text} / {[str(r.uri) for r in roots.roots]}"
 
 
-@mcp_celery.tool(app, task_mode="required")
+@mcp_celery.tool(app, task_mode="required", acks_late=True, reject_on_worker_lost=True)
 def two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
-    """Two questions in a row; counts its executions, to show answers replay after a redelivery."""
+    """Two questions in a row; counts its executions, to show answers replay after a redelivery.
+
+    At-least-once (late ack, reject on worker loss): only such a job runs again on a second delivery.
+    """
     runs = markers.incr(marker)
     first = ctx.elicit("First?", NAME)
     second = ctx.elicit("Second?", NAME)

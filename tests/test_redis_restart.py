@@ -14,30 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_celery._processes import Process, free_port, start_redis, wait_for
-from tests.support import HttpClient, caps, start_http_server, start_worker
-
-
-class PersistentRedis:
-    """A redis-server with append-only persistence that can be stopped and started again."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}"
-        self.proc: Process | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        _, self.proc = start_redis(
-            self.folder / f"redis-{self.starts}.log", port=self.port, appendonly=True, data_dir=self.folder
-        )
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()  # SIGTERM: Redis flushes its append-only file and exits
-            self.proc = None
+from mcp_celery._processes import wait_for
+from tests.support import HttpClient, PersistentRedis, caps, start_http_server, start_worker
 
 
 @pytest.fixture

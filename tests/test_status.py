@@ -83,6 +83,17 @@ def test_worker_lost_and_time_limits_are_failed_internal_errors_with_a_status_me
         assert v.status_message and "signal 9" in v.status_message
 
 
+def test_a_job_stopped_by_its_worker_shutting_down_says_so_unless_it_finished() -> None:
+    reason = "the worker shut down before the job finished (shutdown grace period 25 s)"
+    rec = record(alive_until_ms=T0 + 500, lost_reason=reason)
+    assert view({"status": "STARTED"}, record(lost_reason=reason, alive_until_ms=T0 + 5000)).status == "working"
+    stopped = view({"status": "STARTED"}, rec)  # running when its process was stopped
+    assert stopped.status == "failed" and stopped.status_message == reason
+    assert stopped.error == {"code": -32603, "message": reason}
+    done = {"status": "SUCCESS", "result": "x", "date_done": "2023-11-14T22:13:25.000000"}
+    assert view(done, rec).status == "completed"  # a result stored before the stop wins
+
+
 def test_revoked_is_cancelled() -> None:
     meta = {"status": "REVOKED", "result": {"exc_type": "TaskRevokedError", "exc_message": ["cancelled by client"]}}
     v = view(meta)

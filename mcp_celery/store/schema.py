@@ -69,6 +69,8 @@ class FIELD:
     PROGRESS = "progress"
     OUTCOME = "outcome"
     RUNS = "runs"  # starts of a retry_on_worker_loss job (counted only for those)
+    #: Why the job's heartbeat is about to stop (its worker is shutting down); shown if it does.
+    LOST = "lost"
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -84,6 +86,7 @@ JOB_FIELDS = (
     FIELD.CREATED,
     FIELD.TTL,
     FIELD.POLL,
+    FIELD.ALIVE_UNTIL,  # set: an earlier delivery of the job already started
 )
 
 
@@ -164,6 +167,7 @@ class TaskRecord:
     alive_until_ms: int | None = None
     progress: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
+    lost_reason: str | None = None
     inputs: dict[str, Any] = field(default_factory=lambda: {})
     first_answers: dict[str, Any] = field(default_factory=lambda: {})
 
@@ -205,6 +209,7 @@ class TaskRecord:
             alive_until_ms=_int_or_none(raw.get(FIELD.ALIVE_UNTIL)),
             progress=_json_or_none(raw.get(FIELD.PROGRESS)),
             outcome=_json_or_none(raw.get(FIELD.OUTCOME)),
+            lost_reason=raw.get(FIELD.LOST) or None,
             inputs=inputs,
             first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
         )

@@ -56,18 +56,24 @@ class SyncStore:
         self._job_start = client.register_script(scripts.JOB_START)
         self._progress = client.register_script(scripts.PROGRESS)
         self._outcome = client.register_script(scripts.OUTCOME)
+        self._lost = client.register_script(scripts.LOST)
 
-    def job_started(self, task_id: str, alive_until_ms: int, live_s: int | None = None) -> TaskRecord | None:
+    def job_started(
+        self, task_id: str, alive_until_ms: int, live_s: int | None = None, *, may_run_again: bool = False
+    ) -> TaskRecord | None:
         """The record a starting job needs, or None when the job was not started through MCP.
 
         Also restarts the record's lifetime (`live_s`, default TTL plus the longest job), so that a
         job that waited long in the queue still has its whole run ahead of it (a running task never
-        expires), beats once and shows the job running.
+        expires), beats once and shows the job running. A record whose `alive_until_ms` is set comes
+        from an earlier delivery that started; unless `may_run_again`, nothing is written then.
         """
         keys = [self.keys.task(task_id), self.keys.live(), self.keys.events(task_id)]
         lifetime = self.lifetimes.live_s if live_s is None else live_s
         started = json.dumps({"status": "STARTED"})
-        values = self._job_start(keys=keys, args=[lifetime, alive_until_ms, task_id, now_ms(), started, *JOB_FIELDS])
+        again = "1" if may_run_again else ""
+        args: list[str | int] = [lifetime, alive_until_ms, task_id, now_ms(), started, again, *JOB_FIELDS]
+        values = self._job_start(keys=keys, args=args)
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
 
@@ -94,6 +100,24 @@ class SyncStore:
             self._progress(keys=keys, args=[json.dumps(meta, default=str), now_ms()])
         except (redis.ConnectionError, redis.TimeoutError):
             logger.warning("task %s: Redis unreachable; this progress is not shown", task_id)
+
+    def job_interrupted(self, task_id: str, at_ms: int) -> None:
+        """The job's process is being stopped mid-job: its heartbeat ends now, not a period later.
+
+        Listeners hear of it at once (the ping makes servers read the task, which is then lost);
+        an outcome stored meanwhile still wins, since a finished job is never lost.
+        """
+        with self.redis.pipeline(transaction=False) as pipe:
+            self._beat(keys=[self.keys.task(task_id), self.keys.live()], args=[at_ms - 1, task_id], client=pipe)
+            pipe.publish(self.keys.events(task_id), "lost")
+            pipe.execute()
+
+    def note_lost_reason(self, task_ids: list[str], reason: str) -> None:
+        """Say why these jobs' heartbeats may stop (a worker shutting down); no effect on a job that finishes."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                self._lost(keys=[self.keys.task(task_id)], args=[reason], client=pipe)
+            pipe.execute()
 
     def cancel_requested(self, task_id: str) -> bool:
         """Whether the client cancelled; False while Redis is unreachable (the flag is durable, seen later)."""

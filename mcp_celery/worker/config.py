@@ -54,7 +54,12 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
     RabbitMQ closes the channel of a consumer that holds a message unacked for longer, and the
     job then runs again. That is broker configuration (rabbitmq.conf `consumer_timeout`, in ms),
     which no Celery setting can change; the worker logs a warning naming such tools at start.
+
+    A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to finish (worker/shutdown.py).
     """
+    from mcp_celery.worker.shutdown import install_shutdown_grace  # it needs worker_binding, below
+
+    install_shutdown_grace(app)
     if max_job is None:
         from_env = Settings().max_job_s
         max_job = DEFAULT_MAX_JOB if from_env is None else timedelta(seconds=from_env)

@@ -1,10 +1,11 @@
 """Running one job: the code around every MCP tool's Celery task body.
 
 Worker tier. Only for jobs started through MCP (those with a task record), `run_job` refuses
-to start a cancelled task, makes the JobContext current, turns a cancellation into Celery's
-REVOKED state, stores the job's outcome in the record (the MCP side reads nothing else), and
-shortens the record's life to the TTL once the job is over. Jobs started the ordinary Celery
-way run exactly as before.
+to start a cancelled task or to run an at-most-once job a second time, makes the JobContext
+current, turns a cancellation into Celery's REVOKED state, stores the job's outcome in the
+record (the MCP side reads nothing else), and shortens the record's life to the TTL once the
+job is over (or, when its process is being stopped mid-job, ends its heartbeat at once). Jobs
+started the ordinary Celery way run exactly as before.
 
 Some endings happen outside the job, in the worker's main process: a pool process lost, a hard
 time limit, a revoke of a queued or terminated job. Celery reports those with its
@@ -20,10 +21,11 @@ from typing import Any
 
 from celery import Task, signals
 from celery.exceptions import Ignore, Reject, Retry
+from redis.exceptions import RedisError
 
 from mcp_celery.errors import ProtocolError, TaskCancelled
-from mcp_celery.protocol import INTERNAL_ERROR
-from mcp_celery.store.schema import Lifetimes
+from mcp_celery.protocol import INTERNAL_ERROR, now_ms
+from mcp_celery.store.schema import Lifetimes, TaskRecord
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker import outcome
 from mcp_celery.worker.config import worker_binding
@@ -55,17 +57,14 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     task_id: str | None = celery_task.request.id
     # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
     attached = bool(task_id) and not celery_task.request.is_eager
-    record = (
-        store.job_started(str(task_id), heartbeat.deadline_ms(), _record_life_s(celery_task, store.lifetimes))
-        if attached
-        else None
-    )
+    record = _start(celery_task, store, heartbeat) if attached else None
     if record is None:
         with activate(JobContext(celery_task, store, None, input_timeout_s=worker.settings.input_timeout_s)):
             return run(*args, **kwargs)
     ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
     heartbeat.add(record.task_id)
     ended: dict[str, Any] | None = None
+    interrupted = False
     with activate(ctx):
         try:
             if record.cancel_ms is not None:
@@ -87,12 +86,57 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
             ended = outcome.failed(exc, traceback.format_exc())
             _flag_stored(exc)
             raise
+        except BaseException:
+            # SystemExit here is billiard's SIGTERM handler: the pool process is being stopped
+            # (a cold shutdown, a terminate) with the job unfinished.
+            interrupted = True
+            raise
         finally:
-            try:
-                store.job_ended(record.task_id, asked=ctx.asked_for_input, outcome=ended)
-            finally:
-                # Only now: while the outcome waits for Redis, the job still counts as alive.
-                heartbeat.discard(record.task_id)
+            _end(store, heartbeat, record.task_id, asked=ctx.asked_for_input, ended=ended, interrupted=interrupted)
+
+
+def _start(celery_task: Task[Any, Any], store: SyncStore, heartbeat: Heartbeat) -> TaskRecord | None:
+    """The job's record (None: not an MCP task); Ignore for a second delivery of an at-most-once job."""
+    again = _may_run_again(celery_task)
+    life_s = _record_life_s(celery_task, store.lifetimes)
+    task_id = str(celery_task.request.id)
+    record = store.job_started(task_id, heartbeat.deadline_ms(), life_s, may_run_again=again)
+    if record is not None and record.alive_until_ms is not None and not again:
+        # At most once: a second delivery (a message Celery restored at a cold shutdown, a
+        # visibility timeout) never runs the job again; the first run's outcome stands.
+        logger.warning("task %s: not run again (at-most-once; an earlier delivery started it)", task_id)
+        raise Ignore("an earlier delivery of this at-most-once job started it")
+    return record
+
+
+def _may_run_again(celery_task: Task[Any, Any]) -> bool:
+    """At-least-once tools (late ack, reject on worker loss) and Celery retries may run a job again."""
+    at_least_once = bool(celery_task.acks_late and celery_task.reject_on_worker_lost)
+    return at_least_once or bool(celery_task.request.retries)
+
+
+def _end(
+    store: SyncStore,
+    heartbeat: Heartbeat,
+    task_id: str,
+    *,
+    asked: bool,
+    ended: dict[str, Any] | None,
+    interrupted: bool,
+) -> None:
+    if interrupted:
+        heartbeat.discard(task_id)  # first, or a beat could push the deadline on again
+        try:
+            # The heartbeat ends now, so servers report the task at once instead of a period later.
+            store.job_interrupted(task_id, now_ms())
+        except (RedisError, OSError):
+            logger.warning("task %s: could not record that the job was stopped", task_id, exc_info=True)
+        return
+    try:
+        store.job_ended(task_id, asked=asked, outcome=ended)
+    finally:
+        # Only now: while the outcome waits for Redis, the job still counts as alive.
+        heartbeat.discard(task_id)
 
 
 #: The Celery task attribute `retry_on_worker_loss` sets: how many times the job may run again.
