@@ -39,16 +39,28 @@ NOWHERE, QUEUED, DELIVERED, STALE = 0, 1, 2, 3
 # Returns, in ARGV order, {where, tag, entry}: NOWHERE (0), QUEUED (1), DELIVERED (2: a worker
 # holds it) or STALE (3: delivered before its "stale before" time, so its worker is gone; the
 # tag and the unacked entry come with it, for REQUEUE).
-# Each list is read from its right end, where BRPOP takes the oldest messages, 500 at a time,
-# and the reading stops once every id is found: the ids asked about are of tasks queued the
-# longest, so a healthy queue is read only as deep as they sit. An id found nowhere costs one
-# whole pass over the queue. Each message's ids are matched against a table, so the cost does
-# not grow with the number of ids asked about. The unacked hash (a few entries per worker
-# process: no prefetch) is read only for ids not found in the queue.
+# A message names its task as `"id": "<id>"` (kombu's JSON; `"root_id"` and the like never match,
+# nor do arguments: base64 in the body, quoted with \" in kwargsrepr), found by plain search, the
+# cheapest Lua has. Each list is read from its right end, where BRPOP takes the oldest messages,
+# 500 at a time, and the reading stops once every id is found: the ids asked about are of tasks
+# queued the longest, so a healthy queue is read only as deep as they sit. An id found nowhere
+# costs one whole pass over the queue (about 0.2 s for 10,000 messages of 1.3 kB). Each message's
+# ids are matched against a table, so the cost does not grow with the number of ids asked about.
+# The unacked hash (a few entries per worker process: no prefetch) is read only for ids not
+# found in the queue.
 WHEREABOUTS = """
 local want, where, tag, entry, missing = {}, {}, {}, {}, 0
 for i = 1, #ARGV, 2 do want[ARGV[i]] = tonumber(ARGV[i + 1]); missing = missing + 1 end
-local function ids(message) return string.gmatch(message, '"id": ?"([^"]+)"') end
+local function ids(message)
+  local at = 1
+  return function()
+    local found = string.find(message, '"id": "', at, true)
+    if not found then return nil end
+    local stop = string.find(message, '"', found + 7, true) or #message + 1
+    at = stop
+    return string.sub(message, found + 7, stop - 1)
+  end
+end
 for k = 3, #KEYS do
   local stop = redis.call('LLEN', KEYS[k])
   while missing > 0 and stop > 0 do

@@ -109,7 +109,13 @@ class Reaper:
             return None
         queue = self._queues.get(tool)
         if queue is None:
-            queue = self._queues[tool] = _queue_of(spec.celery_task)
+            try:
+                queue = self._queues[tool] = _queue_of(spec.celery_task)
+            except Exception:  # noqa: BLE001 - a router we cannot follow must not stop the sweep
+                logger.warning("tool %r: cannot tell its queue; its lost messages go unnoticed", tool, exc_info=True)
+                queue = self._queues[tool] = ""
+        if not queue:
+            return None
         if not spec.redelivered_on_loss:
             return _Sought(queue, alive_ms is not None, 0.0)
         # A delivery from before the heartbeat ran out belongs to the lost run; one not started
