@@ -211,8 +211,19 @@ def _failed_outside_the_job(
 def _revoked_outside_the_job(
     sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False, **_: Any
 ) -> None:
-    """A revoke that ended the job from outside: the message was dropped, or the process terminated."""
-    if not is_tool_task(sender) or request is None:
+    """A revoke that ended the job from outside: the message was dropped, or the process terminated.
+
+    An at-least-once job terminated without a cancel (Celery stops late-ack jobs when the broker
+    connection drops, since their message goes back to the queue) is not over: it runs again.
+    """
+    task_id = getattr(request, "id", None)
+    if not is_tool_task(sender) or not task_id:
         return
+    if terminated and sender.acks_late and sender.reject_on_worker_lost:
+        try:
+            if not worker_binding(sender.app).store.cancel_requested(task_id):
+                return
+        except Exception:  # noqa: BLE001 - unknown: let the heartbeat and the reaper tell
+            return
     reason = "terminated" if terminated else "expired" if expired else "revoked"
-    _store_outside_the_job(sender, getattr(request, "id", None), outcome.revoked(reason))
+    _store_outside_the_job(sender, task_id, outcome.revoked(reason))

@@ -40,6 +40,8 @@ class Cluster:
         self.ports = [free_port() for _ in range(servers)]
         self.servers: list[Process | None] = [None] * servers
         self._starts: dict[str, int] = {}
+        #: Every process started, so that close() stops each one whatever happened to it.
+        self._started: list[Process] = []
 
     @property
     def urls(self) -> list[str]:
@@ -86,7 +88,9 @@ class Cluster:
             sys.executable, "-m", "celery", "-A", APP, "worker", "-P", "prefork", "-c", str(self.concurrency),
             "-n", f"{name}-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "INFO",
         ]  # fmt: skip
-        self.workers[name] = Process(args, self.env, self._log(name))
+        assert self.worker_pid(name) is None, f"worker {name} is already running"
+        self.workers[name] = proc = Process(args, self.env, self._log(name))
+        self._started.append(proc)
 
     def worker_pid(self, name: str) -> int | None:
         proc = self.workers[name]
@@ -123,7 +127,8 @@ class Cluster:
 
     def start_server(self, index: int) -> None:
         args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(self.ports[index])]
-        self.servers[index] = Process(args, self.env, self._log(f"server{index}"))
+        self.servers[index] = proc = Process(args, self.env, self._log(f"server{index}"))
+        self._started.append(proc)
 
     def kill_server(self, index: int) -> None:
         proc = self.servers[index]
@@ -137,9 +142,8 @@ class Cluster:
         self.redis.start()
 
     def close(self) -> None:
-        for proc in [*self.workers.values(), *self.servers]:
-            if proc is not None:
-                proc.stop()
+        for proc in self._started:
+            proc.stop()  # also kills what is left of a process group whose parent is gone
         self.redis.stop()
 
 

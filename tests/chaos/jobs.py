@@ -54,3 +54,11 @@ def chaos_ask(ctx: mcp_celery.JobContext) -> str:
     record_run(ctx)
     answer = ctx.elicit("A value?", VALUE, timeout=600)
     return f"{ctx.task_id}:{(answer.content or {}).get('value')}"
+
+
+@mcp_celery.tool(app, retry_on_worker_loss=True)
+def chaos_retry(ctx: mcp_celery.JobContext, seconds: float) -> str:
+    """At-least-once and idempotent: sleeps and says which task it was; runs again if its worker is lost."""
+    record_run(ctx)
+    ctx.sleep(seconds)
+    return f"again {ctx.task_id}"

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from tests.chaos.cluster import SETTINGS
 from tests.chaos.run import KINDS, Chaos, Tracked
 
+#: How many times an at-least-once job may run again (retry_on_worker_loss=True).
+RETRIES = 3
 #: The only reasons a task may fail in this run: its worker (or job process) was lost or shut down.
 FAILURE_REASONS = ("lost", "shut down")
 
@@ -29,7 +31,9 @@ def evaluate(chaos: Chaos) -> Verdict:
     hit = {run["task"] for run in chaos.runs if run["pid"] in killed or run["worker"] in killed}
     hit |= {t for kill in chaos.kills for t in kill.tasks}
     for task in chaos.tasks.values():
-        if runs[task.task_id] > 1:
+        if runs[task.task_id] > (1 if task.kind != "retry" else 1 + RETRIES) or (
+            runs[task.task_id] > 1 and task.task_id not in hit
+        ):
             verdict.problems.append(f"{task.task_id} ({task.kind}) ran {runs[task.task_id]} times")
         if task.asked_again:
             verdict.problems.append(f"{task.task_id}: answered, yet asked again {task.asked_again} time(s)")
@@ -57,10 +61,12 @@ def _check_final(task: Tracked, runs: int, hit: bool) -> str | None:
         return None if task.cancel_sent is not None else "cancelled, but never cancelled by the test"
     if status == "completed":
         text = final.get("result", {}).get("content", [{}])[0].get("text", "")
-        want = f"slept {task.task_id}" if task.kind == "sleep" else f"{task.task_id}:{task.answered}"
+        want = {"sleep": f"slept {task.task_id}", "retry": f"again {task.task_id}"}.get(
+            task.kind, f"{task.task_id}:{task.answered}"
+        )
         if final.get("result", {}).get("isError") or text != want:
             return f"completed with {text!r}, expected {want!r}"
-        return None if runs == 1 else f"completed after {runs} runs"
+        return None if runs == 1 or task.kind == "retry" else f"completed after {runs} runs"
     message = str(final.get("statusMessage", ""))
     if not any(reason in message for reason in FAILURE_REASONS):
         return "failed for a reason other than a lost or stopped worker"

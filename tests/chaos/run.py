@@ -36,7 +36,7 @@ class Tracked:
     """One task as the driver saw it."""
 
     task_id: str
-    kind: str  # "sleep" or "ask"
+    kind: str  # "sleep", "ask" or "retry" (at-least-once)
     created: float
     cancel_after: float | None = None
     status: str = "working"
@@ -68,6 +68,8 @@ class Plan:
     max_sleep_s: float = 8.0
     event_gap_s: tuple[float, float] = (3.0, 8.0)
     ask_share: float = 0.35
+    #: At-least-once jobs (retry_on_worker_loss): they may run again, but only after a kill.
+    retry_share: float = 0.15
     cancel_share: float = 0.15
 
 
@@ -152,13 +154,21 @@ class Chaos:
 
     def _fill(self) -> None:
         for _ in range(min(self.plan.in_flight - len(self.open), 20)):
-            kind = "ask" if self.rng.random() < self.plan.ask_share else "sleep"
+            draw = self.rng.random()
+            kind = (
+                "ask"
+                if draw < self.plan.ask_share
+                else "retry"
+                if draw < self.plan.ask_share + self.plan.retry_share
+                else "sleep"
+            )
             cancel_after = self.rng.uniform(0, 3) if self.rng.random() < self.plan.cancel_share else None
             if kind == "ask":
                 result = self.call("tools/call", {"name": "chaos_ask", "arguments": {}}, elicitation={})
             else:
                 seconds = round(self.rng.uniform(0.2, self.plan.max_sleep_s), 2)
-                result = self.call("tools/call", {"name": "chaos_sleep", "arguments": {"seconds": seconds}})
+                tool = "chaos_retry" if kind == "retry" else "chaos_sleep"
+                result = self.call("tools/call", {"name": tool, "arguments": {"seconds": seconds}})
             if result is None or "taskId" not in result:
                 self.counts["create_failed"] += 1
                 return  # no server can take it now; the next turn tries again
