@@ -14,9 +14,12 @@ overdue ones; none of them is special, and what they decide is a check-and-set i
   moved back to its queue now.
 * A job that has not started: its message is looked for in its queue and the unacked hash.
   Found, it is looked at again `queue_check_s` later (a task queued behind busy workers is
-  never failed). Found nowhere twice, a period apart (a message in flight between BRPOP and
-  kombu's unacked copy, or between Celery's early ack and JOB_START, is seen again or has
-  started by then), the task ends `failed`: no worker has its message, none ever will.
+  never failed); found in the unacked hash, delivered longer than the heartbeat timeout ago
+  (a dead worker held it unstarted), it is moved back to its queue, at-most-once or not, since
+  only one delivery can ever start a job (JOB_START refuses a second). Found nowhere twice, a
+  period apart (a message in flight between BRPOP and kombu's unacked copy, or between Celery's
+  early ack and JOB_START, is seen again or has started by then), the task ends `failed`: no
+  worker has its message, none ever will.
 
 With RabbitMQ there is nothing to look into; the broker redelivers a closed channel's unacked
 messages by itself. What remains there: an at-most-once job acked early (when the pool takes
@@ -116,12 +119,15 @@ class Reaper:
                 queue = self._queues[tool] = ""
         if not queue:
             return None
-        if not spec.redelivered_on_loss:
-            return _Sought(queue, alive_ms is not None, 0.0)
+        started = alive_ms is not None
+        if started and not spec.redelivered_on_loss:
+            return _Sought(queue, True, 0.0)  # a started at-most-once job never runs again
         # A delivery from before the heartbeat ran out belongs to the lost run; one not started
-        # within the heartbeat timeout of its delivery has lost its worker too (no prefetch).
+        # within the heartbeat timeout of its delivery has lost its worker too (no prefetch). Such
+        # an unstarted message goes back to its queue even for an at-most-once tool: only one
+        # delivery can ever start the job (JOB_START refuses a second), so it still runs at most once.
         stale_ms = alive_ms if alive_ms is not None else now - self.lost_ms
-        return _Sought(queue, alive_ms is not None, stale_ms / 1000)
+        return _Sought(queue, started, stale_ms / 1000)
 
     async def _look_for(self, broker: RedisBroker, sought: dict[str, _Sought], now: int) -> None:
         """One WHEREABOUTS script per queue, then each task's next step."""
