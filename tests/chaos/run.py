@@ -323,15 +323,10 @@ class Chaos:
         return True
 
     def _redis_restart(self) -> bool:
-        # Celery stops a late-ack (at-least-once) job when its broker connection drops, so such
-        # jobs running now are hit as by a kill; at-most-once jobs run on through the outage.
-        self._read_runs()
-        pids = {self.cluster.worker_pid(name) for name in self.cluster.workers} - {None}
-        retried = {
-            t
-            for t in self._running_on({p for p in pids if p is not None}, worker=True)
-            if self.tasks[t].kind == "retry"
-        }
+        # Celery stops a late-ack (at-least-once) job when its broker connection drops, so every
+        # open at-least-once task may be hit, as by a kill (one that starts in the instant before
+        # the restart is not in the runs list yet); at-most-once jobs run on through the outage.
+        retried = {t for t in self.open if self.tasks[t].kind == "retry"}
         self.kills.append(Kill("redis_restart", time.monotonic(), set(), retried))
         self.cluster.restart_redis()
         return True
