@@ -8,6 +8,7 @@ written before the job is queued, so `tasks/get` succeeds the moment the handle 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Mapping
@@ -132,22 +133,39 @@ def _new_record(
 
 
 async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]) -> None:
-    """Record first, then queue: a `tasks/get` right after the handle is returned must succeed."""
+    """Record first, then queue: a `tasks/get` right after the handle is returned must succeed.
+
+    Both are done before this returns, so the task is durable before its id is handed out.
+    """
     task_id = record.task_id
     indexed = service.settings.max_live_tasks_per_principal is not None
-    await service.store.create(record, service.binding.backend.pending_meta(task_id), index=indexed)
-    try:
+    publisher = service.publisher
+
+    def send(producer: Any) -> object:
         # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
-        await anyio.to_thread.run_sync(
-            lambda: spec.celery_task.apply_async(
-                kwargs=arguments,
-                task_id=task_id,
-                argsrepr=spec.argsrepr,  # type: ignore[call-arg]
-            )
+        return spec.celery_task.apply_async(
+            kwargs=arguments,
+            task_id=task_id,
+            argsrepr=spec.argsrepr,  # type: ignore[call-arg]
+            producer=producer,
         )
+
+    pending = service.binding.backend.pending_meta(task_id)
+    try:
+        if not await publisher.native():
+            await service.store.create(record, pending, index=indexed)
+            await publisher.publish_on_thread(send)
+            return
+        # Built before anything is written: a message that cannot be built leaves nothing behind.
+        commands = publisher.build(send)
+        # One round trip when the broker is the records' Redis database: record first, then message.
+        await service.store.create(record, pending, index=indexed, then=commands if publisher.shares_store else ())
+        if not publisher.shares_store:
+            await publisher.send(commands)
     except Exception as exc:
         logger.exception("could not queue job for tool %r", spec.name)
-        await service.store.delete(task_id)
+        with contextlib.suppress(Exception):  # the record may not exist, or Redis may be what failed
+            await service.store.delete(task_id)
         # The broker's error can name its URL, password included: only debug mode shows it, redacted.
         raise MCPError(INTERNAL_ERROR, f"could not queue the job: {limits.describe(exc, service.settings)}") from exc
 

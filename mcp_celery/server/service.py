@@ -10,6 +10,7 @@ or not).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -25,6 +26,7 @@ from redis.exceptions import RedisError
 from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.events import TaskEvents
+from mcp_celery.server.publish import Publisher
 from mcp_celery.status import READY_STATES, TaskView, expired, task_view
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
@@ -44,6 +46,7 @@ class TaskService:
         self._store: AsyncStore | None = None
         self._events: TaskEvents | None = None
         self._tg: TaskGroup | None = None
+        self._publisher: Publisher | None = None
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -64,6 +67,13 @@ class TaskService:
         return self._store
 
     @property
+    def publisher(self) -> Publisher:
+        """Queues jobs: natively on a plain Redis broker, else with `apply_async` on a thread."""
+        if self._publisher is None:
+            self._publisher = Publisher(self.binding.app, self.store.redis)
+        return self._publisher
+
+    @property
     def events(self) -> TaskEvents:
         """The process's one event listener.
 
@@ -78,6 +88,8 @@ class TaskService:
     async def running(self) -> AsyncIterator[None]:
         """The server's lifespan: the event listener and the cancel timers run inside it."""
         events = self._events = TaskEvents(self.store.redis, self.binding.backend.meta_key)
+        with contextlib.suppress(Exception):  # an unreachable broker is reported by the first tools/call
+            await self.publisher.native()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(events.run)
@@ -89,6 +101,9 @@ class TaskService:
                 tg.cancel_scope.cancel()
                 self._tg = self._events = None
         await events.aclose()
+        if self._publisher is not None:
+            await self._publisher.aclose()
+            self._publisher = None
         if self._store is not None:
             await self._store.aclose()
             self._store = None

@@ -10,7 +10,7 @@ record and GET on Celery's result meta. `create` is one pipeline of three.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -38,10 +38,19 @@ class AsyncStore:
         self._answer = client.register_script(scripts.ANSWER)
         self._freeze = client.register_script(scripts.FREEZE)
 
-    async def create(self, record: TaskRecord, pending_meta: bytes | str, *, index: bool = False) -> None:
+    async def create(
+        self,
+        record: TaskRecord,
+        pending_meta: bytes | str,
+        *,
+        index: bool = False,
+        then: Sequence[tuple[str, tuple[Any, ...]]] = (),
+    ) -> None:
         """Write the record and a PENDING Celery meta, so `tasks/get` succeeds before the job is queued.
 
         `index` also adds the task to its owner's set (only kept when a per-principal quota is set).
+        `then` are more commands for the same round trip, run after the record's (the job's
+        message, when the broker is this Redis database: see `server.publish`).
         """
         key = self.keys.task(record.task_id)
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -52,6 +61,8 @@ class AsyncStore:
                 owned = self.keys.owner_tasks(record.owner)
                 pipe.zadd(owned, {record.task_id: record.created_ms})
                 pipe.expire(owned, self.lifetimes.live_s)
+            for name, args in then:
+                getattr(pipe, name)(*args)
             await pipe.execute()
 
     async def owned(self, owner: str) -> list[tuple[str, TaskRecord | None, bytes | None]]:
