@@ -52,10 +52,7 @@ def _native_commands(app: Celery, store_url: str, task_id: str) -> tuple[list[An
         publisher = Publisher(app, store)
         try:
             assert await publisher.native()
-            task = _shout(app)
-            commands = publisher.build(
-                lambda producer: task.apply_async(kwargs={"text": "hi"}, task_id=task_id, producer=producer)
-            )
+            commands = publisher.build(_shout(app), kwargs={"text": "hi"}, task_id=task_id)
             return commands, publisher.shares_store
         finally:
             await publisher.aclose()

@@ -141,23 +141,16 @@ async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arg
     indexed = service.settings.max_live_tasks_per_principal is not None
     publisher = service.publisher
 
-    def send(producer: Any) -> object:
-        # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
-        return spec.celery_task.apply_async(
-            kwargs=arguments,
-            task_id=task_id,
-            argsrepr=spec.argsrepr,  # type: ignore[call-arg]
-            producer=producer,
-        )
-
+    # argsrepr names the tool in Flower (ToolSpec.argsrepr).
+    options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr}
     pending = service.binding.backend.pending_meta(task_id)
     try:
         if not await publisher.native():
             await service.store.create(record, pending, index=indexed)
-            await publisher.publish_on_thread(send)
+            await publisher.publish_on_thread(spec.celery_task, **options)
             return
         # Built before anything is written: a message that cannot be built leaves nothing behind.
-        commands = publisher.build(send)
+        commands = publisher.build(spec.celery_task, **options)
         # One round trip when the broker is the records' Redis database: record first, then message.
         await service.store.create(record, pending, index=indexed, then=commands if publisher.shares_store else ())
         if not publisher.shares_store:

@@ -13,16 +13,16 @@ starts a job whose record is missing). Another Redis: a second pipeline once the
 written. Any other broker (RabbitMQ, SQS, Sentinel, a key prefix, TLS, a unix socket, several
 URLs) keeps `apply_async` on a worker thread.
 
-What still blocks: kombu declares a queue once per connection (the default queue is declared
-at start-up on a thread; a queue named by `task_routes` is declared on its first use), and a
-topic or fanout task exchange reads its binding table on every publish. Direct exchanges (the
-default) route without I/O.
+What still blocks: a topic or fanout task exchange (in `task_routes`) makes kombu read its
+binding table on every publish. Direct exchanges (the default) route without I/O. The default
+queue is declared once at start-up, on a thread; other queues are declared by the workers
+that consume them, not on every publish.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -37,8 +37,6 @@ logger = logging.getLogger(__name__)
 
 #: One Redis command as kombu's Redis transport would run it: (method name, arguments).
 Command = tuple[str, tuple[Any, ...]]
-#: Publishes one Celery message with the producer it is given (an `apply_async` call).
-Send = Callable[[Any], object]
 
 
 class _KeptBatch:
@@ -121,7 +119,7 @@ class Publisher:
             self._close_kombu()
             return
         producer = self.app.amqp.Producer(channel, auto_declare=False)
-        producer.maybe_declare(self.app.amqp.default_queue)  # once per connection: here, off the loop
+        producer.maybe_declare(self.app.amqp.default_queue)  # as apply_async would, once, off the loop
         channel.create_publish_batch = self._new_batch
         target = _redis_target(pool.connection_kwargs)
         self.shares_store = target == _redis_target(self._store_redis.connection_pool.connection_kwargs)
@@ -136,8 +134,8 @@ class Publisher:
         self._kept = _KeptBatch(self._channel)
         return self._kept
 
-    def build(self, send: Send) -> list[Command]:
-        """Run `send` (an `apply_async`) with nothing sent; returns the commands that publish its message.
+    def build(self, task: Any, **options: Any) -> list[Command]:
+        """`task.apply_async(**options)` with nothing sent; returns the commands that publish its message.
 
         Raises:
             RuntimeError: the publisher is not native.
@@ -147,7 +145,9 @@ class Publisher:
         self._kept = None
         batch: AbstractContextManager[Any] = self._producer.batch()
         with batch:  # synchronous: no other coroutine can publish through the producer meanwhile
-            send(self._producer)
+            # Nothing in here does I/O, so kombu's retry wrapper has nothing to retry; and the
+            # queue was declared at start-up (kombu would otherwise bind copies of it every time).
+            task.apply_async(producer=self._producer, retry=False, declare=[], **options)
         kept, self._kept = self._kept, None
         return [] if kept is None else kept.commands
 
@@ -159,9 +159,9 @@ class Publisher:
             add_commands(pipe, commands)
             await pipe.execute()
 
-    async def publish_on_thread(self, send: Send) -> None:
+    async def publish_on_thread(self, task: Any, **options: Any) -> None:
         """Celery's own path, for brokers other than plain Redis: `apply_async` with a pooled producer."""
-        await anyio.to_thread.run_sync(lambda: send(None))
+        await anyio.to_thread.run_sync(lambda: task.apply_async(**options))
 
     async def aclose(self) -> None:
         if self._broker_redis is not None:
