@@ -54,16 +54,29 @@ def start_server(source: Path, redis_url: str, name: str) -> tuple[Process, str]
     return proc, url
 
 
-async def measure(targets: dict[str, str], ops: list[str], rounds: int, window_s: float) -> dict[str, list[LoadResult]]:
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process `pid` has used so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(
+    targets: dict[str, tuple[str, int]], ops: list[str], rounds: int, window_s: float
+) -> dict[str, list[LoadResult]]:
+    """Every op against every side, round after round; each result carries the server's CPU ms per op."""
     out: dict[str, list[LoadResult]] = {}
     for r in range(rounds):
         for op_name in ops:
             conc, op, floor_op = OPS[op_name]
-            for side, url in targets.items():
+            for side, (url, pid) in targets.items():
                 make = floor_op if side == "floor" else op
                 if make is None:
                     continue
-                res = await run_load(make(url), conc, duration=window_s, warmup=0.3, deadline=window_s + 60)
+                await run_load(make(url), conc, duration=0.3, warmup=0, deadline=60)  # warm-up, unrecorded
+                before = cpu_s(pid)
+                res = await run_load(make(url), conc, duration=window_s, warmup=0, deadline=window_s + 60)
+                res.server_cpu_ms = (cpu_s(pid) - before) * 1000 / max(1, res.n)  # type: ignore[attr-defined]
                 out.setdefault(f"{op_name} {side}", []).append(res)
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     return out
@@ -73,8 +86,8 @@ def report(results: dict[str, list[LoadResult]], ops: list[str]) -> str:
     def med(key: str, f: Callable[[LoadResult], float]) -> float:
         return statistics.median(f(x) for x in results[key]) if key in results else float("nan")
 
-    lines = ["| op | side | p50 ms | rate /s | foreign CPU | new/base p50 | new/base rate | side/floor p50 |"]
-    lines.append("|---|---|---|---|---|---|---|---|")
+    head = "| op | side | p50 ms | rate /s | server CPU ms/op | foreign | new/base p50 | new/base rate | /floor p50 |"
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for op_name in ops:
         for side in ("floor", "base", "new"):
             key = f"{op_name} {side}"
@@ -90,7 +103,9 @@ def report(results: dict[str, list[LoadResult]], ops: list[str]) -> str:
                 vs_base_rate = ""
             if side != "floor" and f"{op_name} floor" in results:
                 vs_floor = f"{p50 / med(f'{op_name} floor', lambda x: x.p50):.2f}x"
-            cells = [op_name, side, f"{p50:.2f}", f"{rate:.0f}", f"{foreign:.0%}", vs_base, vs_base_rate, vs_floor]
+            cpu = med(key, lambda x: float(getattr(x, "server_cpu_ms", float("nan"))))
+            cells = [op_name, side, f"{p50:.2f}", f"{rate:.0f}", f"{cpu:.2f}", f"{foreign:.0%}", vs_base, vs_base_rate]
+            cells.append(vs_floor)
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -114,13 +129,14 @@ def main() -> None:
         procs.append(worker)
         floor_port = free_port()
         floor_url = f"http://127.0.0.1:{floor_port}/mcp"
-        procs.append(start_http_server("floor-compare", [PY, "-m", "bench.floor_server", str(floor_port)], floor_url))
+        floor = start_http_server("floor-compare", [PY, "-m", "bench.floor_server", str(floor_port)], floor_url)
+        procs.append(floor)
         base, base_url = start_server(a.base.resolve(), rds.url, "base-compare")
         procs.append(base)
         new, new_url = start_server(ROOT, rds.url, "new-compare")
         procs.append(new)
         wait_worker(bench_jobs.app, worker)
-        targets = {"floor": floor_url, "base": base_url, "new": new_url}
+        targets = {"floor": (floor_url, floor.pid), "base": (base_url, base.pid), "new": (new_url, new.pid)}
         results = asyncio.run(measure(targets, ops, a.rounds, a.window))
         text = report(results, ops)
         (LOGS / "compare.md").write_text(text + "\n")
