@@ -176,12 +176,13 @@ async def _run_sync(
         try:
             await _enqueue(service, spec, record, arguments)
             queued = True
+            # Nothing to read yet: the task is as just written until its job reports, and every
+            # report since the watch began wakes `changed` (so the first wait loses nothing).
             while not done and anyio.current_time() < deadline:
+                await watcher.changed(deadline - anyio.current_time())
                 found = await service.read_view(record.task_id)
                 view = None if found is None else found[1]
                 done = view is None or view.terminal
-                if not done:
-                    await watcher.changed(deadline - anyio.current_time())
         finally:
             if queued and not done:  # timed out, or the caller went away: the job must not run on unseen
                 with anyio.CancelScope(shield=True):
