@@ -105,15 +105,9 @@ def test_a_broker_on_another_database_gets_its_own_round_trip(compat_db: str) ->
     assert commands[0][0] == "lpush"
 
 
-def test_a_rabbitmq_broker_keeps_celerys_own_path(compat_db: str) -> None:
-    try:
-        socket.create_connection(("127.0.0.1", 5672), 1).close()
-    except OSError:
-        pytest.skip("no RabbitMQ on 127.0.0.1:5672")
-    app = _app("amqp://guest:guest@127.0.0.1:5672//", compat_db)
-
+def _is_native(app: Celery, store_url: str) -> bool:
     async def native() -> bool:
-        store = aioredis.Redis.from_url(compat_db)
+        store = aioredis.Redis.from_url(store_url)
         publisher = Publisher(app, store)
         try:
             return await publisher.native()
@@ -121,7 +115,23 @@ def test_a_rabbitmq_broker_keeps_celerys_own_path(compat_db: str) -> None:
             await publisher.aclose()
             await store.aclose()
 
-    assert not anyio.run(native)
+    return anyio.run(native)
+
+
+def test_a_rabbitmq_broker_keeps_celerys_own_path(compat_db: str) -> None:
+    try:
+        socket.create_connection(("127.0.0.1", 5672), 1).close()
+    except OSError:
+        pytest.skip("no RabbitMQ on 127.0.0.1:5672")
+    assert not _is_native(_app("amqp://guest:guest@127.0.0.1:5672//", compat_db), compat_db)
+
+
+def test_a_redis_broker_with_a_global_key_prefix_keeps_celerys_own_path(compat_db: str) -> None:
+    """kombu prefixes keys in its own client; the commands the batch hands over are unprefixed."""
+    app = _app(compat_db, compat_db)
+    app.conf.broker_transport_options = {"global_keyprefix": "tenant:"}
+    assert not _is_native(app, compat_db)
+    assert _is_native(_app(compat_db, compat_db), compat_db)
 
 
 def test_a_worker_runs_jobs_published_in_the_records_round_trip(env: dict[str, str], logs: Path) -> None:
