@@ -35,6 +35,8 @@ __all__ = ["Command", "Publisher"]
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between two attempts to reach a broker that could not be reached.
+RETRY_OPEN_S = 5.0
 #: One Redis command as kombu's Redis transport would run it: (method name, arguments).
 Command = tuple[str, tuple[Any, ...]]
 
@@ -79,6 +81,7 @@ class Publisher:
         self._kept: _KeptBatch | None = None
         self._broker_redis: aioredis.Redis | None = None
         self._decided = False  # whether the broker is known to be plain Redis (native) or not
+        self._retry_at = 0.0  # after a failed look at the broker, when to look again
         self._lock = anyio.Lock()
         #: The broker is the records' Redis database: its commands join the record's pipeline.
         self.shares_store = False
@@ -87,15 +90,18 @@ class Publisher:
         """Whether messages go out through this process's asyncio Redis (else `apply_async` on a thread).
 
         The first call connects kombu (on a thread: it does blocking I/O) to look at the broker.
-
-        Raises:
-            Exception: kombu's, when the broker cannot be reached (asked again next time).
+        While the broker cannot be reached this answers False, so calls take Celery's own path
+        (with its publish retries and its error), and the look is tried again after a pause.
         """
-        if not self._decided:
+        if not self._decided and anyio.current_time() >= self._retry_at:
             async with self._lock:
-                if not self._decided:
-                    await anyio.to_thread.run_sync(self._open_kombu)
-                    self._decided = True
+                if not self._decided and anyio.current_time() >= self._retry_at:
+                    try:
+                        await anyio.to_thread.run_sync(self._open_kombu)
+                        self._decided = True
+                    except Exception:  # noqa: BLE001  (kombu's connection errors vary by transport)
+                        self._retry_at = anyio.current_time() + RETRY_OPEN_S
+                        logger.warning("could not reach the broker; trying again in %g s", RETRY_OPEN_S, exc_info=True)
         return self._producer is not None
 
     def _open_kombu(self) -> None:

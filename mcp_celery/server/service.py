@@ -10,7 +10,6 @@ or not).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -88,8 +87,7 @@ class TaskService:
     async def running(self) -> AsyncIterator[None]:
         """The server's lifespan: the event listener and the cancel timers run inside it."""
         events = self._events = TaskEvents(self.store.redis, self.binding.backend.meta_key)
-        with contextlib.suppress(Exception):  # an unreachable broker is reported by the first tools/call
-            await self.publisher.native()
+        await self.publisher.native()  # connects to the broker now rather than on the first tools/call
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(events.run)
