@@ -134,6 +134,10 @@ def test_a_redis_broker_with_a_global_key_prefix_keeps_celerys_own_path(compat_d
     assert _is_native(_app(compat_db, compat_db), compat_db)
 
 
+def test_failover_broker_urls_keep_celerys_own_path(compat_db: str) -> None:
+    assert not _is_native(_app(f"{compat_db};{compat_db}", compat_db), compat_db)
+
+
 def test_a_worker_runs_jobs_published_in_the_records_round_trip(env: dict[str, str], logs: Path) -> None:
     """Broker and records in one database: the record and the message go in one pipeline."""
     shared = session_redis(7)

@@ -17,6 +17,10 @@ What still blocks: a topic or fanout task exchange (in `task_routes`) makes komb
 binding table on every publish. Direct exchanges (the default) route without I/O. The default
 queue is declared once at start-up, on a thread; other queues are declared by the workers
 that consume them, not on every publish.
+
+A connection dropped while a pipeline is in flight can leave it unknown whether the message
+went out; redis-py retries the pipeline then, so a job may be queued twice, as Celery's own
+publish retry can do too.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ class Publisher:
         from kombu.transport import redis as kombu_redis
 
         connection = self.app.connection_for_write()
-        if type(connection.transport) is not kombu_redis.Transport or ";" in str(self.app.conf.broker_url or ""):
+        # Several broker URLs (failover) or another transport: Celery's own path.
+        if type(connection.transport) is not kombu_redis.Transport or len(connection.alt) > 1:
             connection.release()
             return
         try:
@@ -117,6 +122,14 @@ class Publisher:
             connection.release()
             raise
         self._connection, self._channel = connection, channel
+        try:
+            self._adopt(channel)
+        except BaseException:
+            self._close_kombu()
+            raise
+
+    def _adopt(self, channel: Any) -> None:
+        """Use `channel` if kombu's own commands for it can run on a plain asyncio client; else let go."""
         pool = channel.client.connection_pool
         plain_tcp = issubclass(pool.connection_class, redis.Connection) and not issubclass(
             pool.connection_class, redis.SSLConnection
