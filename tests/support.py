@@ -17,7 +17,7 @@ import redis
 
 from mcp_celery import _processes
 from mcp_celery._jsonrpc import RawHttpClient, RawStdioClient
-from mcp_celery._processes import free_port, wait_for
+from mcp_celery._processes import free_port, start_redis, wait_for
 from mcp_celery.protocol import TASKS_EXTENSION, TERMINAL_STATUSES, client_capabilities, request_meta
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "ROOT",
     "TERMINAL",
     "HttpClient",
+    "PersistentRedis",
     "Process",
     "StdioClient",
     "caps",
@@ -128,3 +129,25 @@ class StdioClient(RawStdioClient):
 
     def __init__(self, env: Mapping[str, str], log: Path) -> None:
         super().__init__([sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"], env, log, cwd=ROOT)
+
+
+class PersistentRedis:
+    """A redis-server with append-only persistence that can be stopped and started again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.proc: _processes.Process | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        _, self.proc = start_redis(
+            self.folder / f"redis-{self.starts}.log", port=self.port, appendonly=True, data_dir=self.folder
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()  # SIGTERM: Redis flushes its append-only file and exits
+            self.proc = None

@@ -14,30 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_celery._processes import Process, free_port, start_redis, wait_for
-from tests.support import HttpClient, caps, start_http_server, start_worker
-
-
-class PersistentRedis:
-    """A redis-server with append-only persistence that can be stopped and started again."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}"
-        self.proc: Process | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        _, self.proc = start_redis(
-            self.folder / f"redis-{self.starts}.log", port=self.port, appendonly=True, data_dir=self.folder
-        )
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()  # SIGTERM: Redis flushes its append-only file and exits
-            self.proc = None
+from mcp_celery._processes import wait_for
+from tests.support import HttpClient, PersistentRedis, caps, start_http_server, start_worker
 
 
 @pytest.fixture
@@ -89,3 +67,20 @@ def test_a_redis_restart_loses_no_task_and_a_waiting_job_goes_on_after_it(
     assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "published", done
     after = stack.start("echo", {"text": "after"})  # and new work runs
     assert stack.wait(after, timeout=60)["result"]["content"][0]["text"] == "after"
+
+
+@pytest.mark.parametrize("tool", ["nap", "steady"])
+def test_a_job_that_runs_and_ends_while_redis_is_down_completes_once_redis_is_back(
+    tool: str, stack: HttpClient, redis_aof: PersistentRedis, tmp_path: Path
+) -> None:
+    """`nap` only sleeps; `steady` reports progress and checks for cancel all through the outage."""
+    flag = tmp_path / f"{tool}-returning"
+    task_id = stack.start(tool, {"seconds": 1.5, "flag_file": str(flag)})
+    wait_for(lambda: stack.get(task_id).get("statusMessage") not in {None, "queued"}, 30, 0.02, "the job to start")
+    redis_aof.stop()
+    wait_for(flag.exists, 30, 0.05, "the job to return while Redis is down")
+    redis_aof.start()
+    wait_for(lambda: "result" in stack.call("tasks/get", {"taskId": task_id}), 60, 0.2, "the server to reconnect")
+    done = stack.wait(task_id, timeout=60)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"].startswith(("rested", "steady after")), done

@@ -1,11 +1,16 @@
-"""The Celery-state-to-MCP-status table, without I/O (checklist items 15, 17, 34)."""
+"""The Celery-state-to-MCP-status table, without I/O (checklist items 15, 17, 34).
+
+The worker writes the job's state into the record in the shape of Celery's result meta:
+`progress` while it runs, `outcome` once it ended; `view(meta)` puts `meta` where it belongs.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from mcp_celery.status import TaskView, expired, reported_ttl_ms, task_view
+from mcp_celery.status import READY_STATES, TaskView, expired, reported_ttl_ms, task_view
 from mcp_celery.store.schema import TaskRecord
 
 T0 = 1_700_000_000_000
@@ -17,7 +22,9 @@ def record(**kw: Any) -> TaskRecord:
 
 
 def view(meta: dict[str, Any] | None, rec: TaskRecord | None = None, now: int = T0 + 1000, **kw: Any) -> TaskView:
-    return task_view(rec or record(), meta, now, structured=False, grace_ms=5000, **kw)
+    ended = meta is not None and meta.get("status") in READY_STATES
+    rec = replace(rec or record(), outcome=meta if ended else None, progress=None if ended else meta)
+    return task_view(rec, now, structured=False, grace_ms=5000, **kw)
 
 
 def failure(exc_type: str, *args: Any) -> dict[str, Any]:
@@ -74,6 +81,17 @@ def test_worker_lost_and_time_limits_are_failed_internal_errors_with_a_status_me
         assert v.status == "failed"
         assert v.error is not None and v.error["code"] == -32603
         assert v.status_message and "signal 9" in v.status_message
+
+
+def test_a_job_stopped_by_its_worker_shutting_down_says_so_unless_it_finished() -> None:
+    reason = "the worker shut down before the job finished (shutdown grace period 25 s)"
+    rec = record(alive_until_ms=T0 + 500, lost_reason=reason)
+    assert view({"status": "STARTED"}, record(lost_reason=reason, alive_until_ms=T0 + 5000)).status == "working"
+    stopped = view({"status": "STARTED"}, rec)  # running when its process was stopped
+    assert stopped.status == "failed" and stopped.status_message == reason
+    assert stopped.error == {"code": -32603, "message": reason}
+    done = {"status": "SUCCESS", "result": "x", "date_done": "2023-11-14T22:13:25.000000"}
+    assert view(done, rec).status == "completed"  # a result stored before the stop wins
 
 
 def test_revoked_is_cancelled() -> None:

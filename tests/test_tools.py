@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from celery import Celery
@@ -87,10 +87,16 @@ def test_ttl_comes_from_result_expires_and_is_never_below_a_minute() -> None:
         AppBinding.create(make_app(result_expires=30), Settings())
 
 
-def test_a_non_redis_result_backend_is_a_clear_configuration_error() -> None:
-    app = Celery("t", broker="memory://", backend="cache+memory://", set_as_current=False)
-    with pytest.raises(mcp_celery.ConfigurationError, match="Redis result backend"):
-        AppBinding.create(app, Settings())
+def test_without_redis_for_its_state_the_error_says_exactly_what_to_set() -> None:
+    for backend in ("cache+memory://", "db+postgresql://celery:secret@db/celery", None):
+        app = Celery("t", broker="memory://", backend=backend, set_as_current=False)
+        with pytest.raises(mcp_celery.ConfigurationError, match="set MCP_CELERY_REDIS_URL") as raised:
+            AppBinding.create(app, Settings())
+        assert "secret" not in str(raised.value) and "\n" not in str(raised.value)
+        own = AppBinding.create(app, Settings(redis_url="redis://127.0.0.1:6379/3"))
+        assert own.redis_url == "redis://127.0.0.1:6379/3"
+    redis_backed = Celery("t", broker="memory://", backend="redis://127.0.0.1:6379/5", set_as_current=False)
+    assert AppBinding.create(redis_backed, Settings()).redis_url == "redis://127.0.0.1:6379/5"
 
 
 def test_dash_a_takes_a_module_or_module_colon_app_like_celery() -> None:
@@ -130,3 +136,61 @@ def test_one_setting_for_the_longest_job_sets_the_time_limit_and_the_records_lif
     monkeypatch.delenv("MCP_CELERY_MAX_JOB_S")
     plain = make_app(task_time_limit=None)
     assert AppBinding.create(plain, Settings()).lifetimes.max_job_s == 6 * 3600  # no limit anywhere: 6 h
+
+
+def test_retry_on_worker_loss_acks_late_and_needs_a_time_limit_below_the_visibility_timeout() -> None:
+    app = Celery("t", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+    mcp_celery.configure_app(app, max_job=timedelta(hours=1))
+
+    @mcp_celery.tool(app, retry_on_worker_loss=True)
+    def again() -> None: ...
+
+    @mcp_celery.tool(app)
+    def once() -> None: ...
+
+    tools = registry(app)
+    assert tools["again"].redelivered_on_loss and not tools["once"].redelivered_on_loss
+    task: Any = tools["again"].celery_task
+    assert task.acks_late and task.reject_on_worker_lost and not task.retry_on_worker_lost
+    assert task.mcp_celery_max_reruns == 3  # a job that kills its worker every time ends after 3 runs again
+    # Every place Celery's Redis docs name holds the same visibility timeout, twice the longest job.
+    assert app.conf.broker_transport_options["visibility_timeout"] == 7200
+    assert app.conf.result_backend_transport_options["visibility_timeout"] == 7200
+    assert app.conf.visibility_timeout == 7200
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="visibility timeout"):
+
+        @mcp_celery.tool(app, retry_on_worker_loss=True, time_limit=3 * 3600)
+        def longer_than_the_timeout() -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="acks_late=True"):
+
+        @mcp_celery.tool(app, retry_on_worker_loss=True, acks_late=False)
+        def early() -> None: ...
+
+    @app.task
+    def plain(x: int) -> int:
+        return x
+
+    mcp_celery.expose(plain, retry_on_worker_loss=5)
+    assert registry(app)["plain"].redelivered_on_loss and cast(Any, plain).mcp_celery_max_reruns == 5
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="positive count"):
+
+        @mcp_celery.tool(app, retry_on_worker_loss=-1)
+        def negative() -> None: ...
+
+    # Without configure_app a Redis broker's timeout is kombu's hour and nothing limits a job.
+    bare = Celery("b", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="hard time limit"):
+
+        @mcp_celery.tool(bare, retry_on_worker_loss=True)
+        def unlimited() -> None: ...
+
+    # RabbitMQ has no visibility timeout: only its consumer_timeout, which is broker configuration.
+    rabbit = Celery("r", broker="amqp://guest@127.0.0.1//", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+
+    @mcp_celery.tool(rabbit, retry_on_worker_loss=True)
+    def on_rabbit() -> None: ...
+
+    assert registry(rabbit)["on_rabbit"].redelivered_on_loss

@@ -2,8 +2,8 @@
 
 Server tier. The server alone decides: a request that declares the tasks extension gets a
 `CreateTaskResult` for a tool that may run as a task; any other request gets the result
-itself (or -32021 when the tool must run as a task). The record and a PENDING Celery meta are
-written before the job is queued, so `tasks/get` succeeds the moment the handle is returned.
+itself (or -32021 when the tool must run as a task). The record is written before the job is
+queued, so `tasks/get` succeeds the moment the handle is returned.
 """
 
 from __future__ import annotations
@@ -61,12 +61,7 @@ async def call_tool(service: TaskService, ctx: RequestContext, params: types.Cal
             return outcome
         first_answers = outcome
     # Checked before any record exists: over the quota, nothing is written or queued.
-    await limits.enforce_quota(
-        service.store,
-        envelope.principal(ctx),
-        service.settings.max_live_tasks_per_principal,
-        service.binding.backend.decode,
-    )
+    await limits.enforce_quota(service.store, envelope.principal(ctx), service.settings.max_live_tasks_per_principal)
     record = _new_record(service, ctx, spec, first_answers, sync=not declared or spec.task_mode == "forbidden")
     if record.sync:
         return await _run_sync(service, spec, record, arguments)
@@ -139,20 +134,21 @@ async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arg
     """
     task_id = record.task_id
     indexed = service.settings.max_live_tasks_per_principal is not None
+    check_at_ms = service.first_check_ms(record.created_ms)
     publisher = service.publisher
 
     # argsrepr names the tool in Flower (ToolSpec.argsrepr).
     options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr}
-    pending = service.binding.backend.pending_meta(task_id)
     try:
         if not await publisher.native():
-            await service.store.create(record, pending, index=indexed)
+            await service.store.create(record, index=indexed, check_at_ms=check_at_ms)
             await publisher.publish_on_thread(spec.celery_task, **options)
             return
         # Built before anything is written: a message that cannot be built leaves nothing behind.
         commands = publisher.build(spec.celery_task, **options)
         # One round trip when the broker is the records' Redis database: record first, then message.
-        await service.store.create(record, pending, index=indexed, then=commands if publisher.shares_store else ())
+        then = commands if publisher.shares_store else ()
+        await service.store.create(record, index=indexed, check_at_ms=check_at_ms, then=then)
         if not publisher.shares_store:
             await publisher.send(commands)
     except Exception as exc:
@@ -171,7 +167,7 @@ async def _run_sync(
     deadline = anyio.current_time() + timeout_s
     view = None
     queued = done = False
-    # Watch before queueing: every state the job stores is published on the task's channel.
+    # Watch before queueing: every state the job stores is published on the task's event channel.
     async with service.events.watch([record.task_id]) as watcher:
         try:
             await _enqueue(service, spec, record, arguments)

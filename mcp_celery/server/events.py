@@ -1,12 +1,11 @@
 """The process's one Redis listener: which watched tasks changed, for listen streams and sync calls.
 
-Server tier. Every state change of a task is PUBLISHed on one channel per task, the key of
-its Celery result meta: Celery's Redis backend publishes each state it stores there (STARTED,
-PROGRESS, INPUT_REQUIRED, SUCCESS, FAILURE, REVOKED), and mcp-celery's own writes that change
-what `tasks/get` shows (answers, cancel) publish a ping on the same channel in the same round
-trip. So a server hears about any task, whichever replica created it and whichever worker runs
-it, on one pub/sub connection per process, subscribed to the channels of the tasks someone on
-this process is watching, and only those.
+Server tier. Every state change of a task is PUBLISHed on one channel per task (`Keys.events`),
+in the same Lua script or pipeline as the write itself: by the worker (started, progress,
+questions, outcome) and by any server (answers, cancel, a frozen terminal state). So a server
+hears about any task, whichever replica created it and whichever worker runs it, on one pub/sub
+connection per process, subscribed to the channels of the tasks someone on this process is
+watching, and only those.
 
 Pub/sub rather than streams: a message only says "look again", and the state itself is read
 from the record (one round trip, exactly what `tasks/get` returns), so nothing needs replay: a
@@ -20,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -55,7 +53,7 @@ class Watcher:
 class TaskEvents:
     """One pub/sub connection for the process; channels are subscribed while someone watches them."""
 
-    def __init__(self, client: aioredis.Redis, channel_of: Callable[[str], Any]) -> None:
+    def __init__(self, client: aioredis.Redis, channel_of: Callable[[str], str]) -> None:
         self._client = client
         self._channel_of = channel_of
         self._pubsub = client.pubsub()
@@ -78,7 +76,7 @@ class TaskEvents:
         watcher = Watcher(task_ids)
         new: list[bytes] = []
         for task_id in watcher.task_ids:
-            channel = bytes(self._channel_of(task_id))
+            channel = self._channel_of(task_id).encode()
             if channel not in self._watchers:
                 self._watchers[channel] = {}
                 new.append(channel)
@@ -113,7 +111,7 @@ class TaskEvents:
     async def _unwatch(self, watcher: Watcher) -> None:
         gone: list[bytes] = []
         for task_id in watcher.task_ids:
-            channel = bytes(self._channel_of(task_id))
+            channel = self._channel_of(task_id).encode()
             watchers = self._watchers.get(channel)
             if watchers is not None:
                 watchers.pop(watcher, None)

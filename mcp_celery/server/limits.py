@@ -24,7 +24,6 @@ from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from mcp_celery.protocol import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_celery.redact import redact
 from mcp_celery.settings import Settings
-from mcp_celery.status import READY_STATES
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
 
@@ -117,9 +116,7 @@ def task_id_acceptable(settings: Settings, task_id: str) -> bool:
     return 0 < len(task_id) <= settings.max_task_id_length
 
 
-async def enforce_quota(
-    store: AsyncStore, owner: str, limit: int | None, decode_meta: Callable[[bytes | None], dict[str, Any] | None]
-) -> None:
+async def enforce_quota(store: AsyncStore, owner: str, limit: int | None) -> None:
     """Raise the quota error when `owner` has `limit` unfinished tasks; finished and vanished ones are pruned.
 
     A soft limit: two creates racing past the count may both succeed.
@@ -127,7 +124,7 @@ async def enforce_quota(
     if limit is None:
         return
     tasks = await store.owned(owner)
-    done = [task_id for task_id, record, meta in tasks if not _live(record, decode_meta(meta))]
+    done = [task_id for task_id, record in tasks if not _live(record)]
     if done:
         await store.disown(owner, done)
     live = len(tasks) - len(done)
@@ -135,11 +132,9 @@ async def enforce_quota(
         raise quota_error(live, limit)
 
 
-def _live(record: TaskRecord | None, meta: dict[str, Any] | None) -> bool:
+def _live(record: TaskRecord | None) -> bool:
     # Cancelled counts as finished at once: the job is on its way out and the client is done with it.
-    if record is None or record.final is not None or record.cancel_ms is not None:
-        return False
-    return (meta or {}).get("status") not in READY_STATES
+    return record is not None and record.final is None and record.cancel_ms is None and record.outcome is None
 
 
 def quota_error(live: int, limit: int) -> MCPError:

@@ -26,7 +26,8 @@ from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.events import TaskEvents
 from mcp_celery.server.publish import Publisher
-from mcp_celery.status import READY_STATES, TaskView, expired, task_view
+from mcp_celery.server.reaper import Reaper
+from mcp_celery.status import TaskView, expired, task_view
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.tools import ToolSpec, registry
@@ -45,6 +46,7 @@ class TaskService:
         self._store: AsyncStore | None = None
         self._events: TaskEvents | None = None
         self._tg: TaskGroup | None = None
+        self._reaper: Reaper | None = None
         self._publisher: Publisher | None = None
 
     @property
@@ -62,7 +64,7 @@ class TaskService:
                 client_name=f"mcp-celery-server:{os.getpid()}",
             )
             client = aioredis.Redis(connection_pool=pool)
-            self._store = AsyncStore(client, self.binding.keys, self.binding.lifetimes, self.binding.backend.meta_key)
+            self._store = AsyncStore(client, self.binding.keys, self.binding.lifetimes)
         return self._store
 
     @property
@@ -86,19 +88,21 @@ class TaskService:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The server's lifespan: the event listener and the cancel timers run inside it."""
-        events = self._events = TaskEvents(self.store.redis, self.binding.backend.meta_key)
+        events = self._events = TaskEvents(self.store.redis, self.binding.keys.events)
+        reaper = self._reaper = Reaper(self)
         await self.publisher.native()  # connects to the broker now rather than on the first tools/call
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(events.run)
             tg.start_soon(self._report_on_signal)
-            tg.start_soon(self._reap_lost_jobs)
+            tg.start_soon(self._reap_lost_jobs, reaper)
             try:
                 yield
             finally:
                 tg.cancel_scope.cancel()
-                self._tg = self._events = None
+                self._tg = self._events = self._reaper = None
         await events.aclose()
+        await reaper.aclose()
         if self._publisher is not None:
             await self._publisher.aclose()
             self._publisher = None
@@ -106,27 +110,26 @@ class TaskService:
             await self._store.aclose()
             self._store = None
 
-    async def _reap_lost_jobs(self) -> None:
-        """Turn the tasks whose heartbeat ran out `failed`, and so tell their listeners.
+    async def _reap_lost_jobs(self, reaper: Reaper) -> None:
+        """Turn the tasks whose heartbeat ran out `failed` (or re-queue them), and so tell their listeners.
 
         Every server process does this, none of them special: the read freezes the terminal state
         with a check-and-set, so two replicas reaping the same task agree, and the freeze publishes
-        the change. A task read by a client first is frozen by that read just the same.
+        the change. A task read by a client first is frozen by that read just the same. Also ends
+        the tasks whose message was lost before a job started (`mcp_celery.server.reaper`).
         """
-        period = max(self.settings.worker_lost_timeout_s / 3, 0.2)
         while True:
-            await anyio.sleep(period)
+            await anyio.sleep(reaper.period_s)
             try:
-                overdue = await self.store.overdue(now_ms())
-                done = [task_id for task_id in overdue if await self._settled(task_id)]
-                await self.store.forget_live(done)
+                await reaper.sweep()
             except (RedisError, OSError):
-                logger.warning("could not look for lost jobs; trying again in %.1f s", period, exc_info=True)
+                logger.warning("could not look for lost jobs; trying again in %.1f s", reaper.period_s, exc_info=True)
+            except Exception:  # noqa: BLE001 - a surprise in one sweep must not stop the server
+                logger.exception("looking for lost jobs failed; trying again in %.1f s", reaper.period_s)
 
-    async def _settled(self, task_id: str) -> bool:
-        """Read the task (freezing it if its worker is lost); True once nothing more is to be watched."""
-        found = await self.read_view(task_id)
-        return found is None or found[1].terminal
+    def first_check_ms(self, created_ms: int) -> int | None:
+        """When a new task's message is first looked for if no job has started (None: never)."""
+        return None if self._reaper is None else self._reaper.first_check_ms(created_ms)
 
     async def _report_on_signal(self) -> None:
         """`kill -USR1 PID` logs what the process holds: how operators (and the tests) see leaks."""
@@ -146,24 +149,23 @@ class TaskService:
 
     async def read_view(self, task_id: str) -> tuple[TaskRecord, TaskView] | None:
         """The task's record and MCP view, or None when it is unknown or expired."""
-        record, raw_meta = await self.store.read(task_id)
+        record = await self.store.read(task_id)
         if record is None:
             return None
-        meta = self.binding.backend.decode(raw_meta)
         now = now_ms()
         spec = self.tools.get(record.tool)
         view = task_view(
             record,
-            meta,
             now,
             structured=spec is not None and spec.structured,
             grace_ms=int(self.settings.cancel_grace_s * 1000),
             debug=self.settings.debug,
             redelivered_on_loss=spec is not None and spec.redelivered_on_loss,
         )
-        if view.terminal and record.final is None and (meta or {}).get("status") != "SUCCESS":
-            # Celery itself never overwrites SUCCESS; every other terminal state is frozen
-            # here so that a late result, a redelivery or a retry cannot change it.
+        if view.terminal and record.final is None and record.outcome is None:
+            # A terminal state the job did not store (cancelled past the grace period, worker lost)
+            # is frozen here, so that a late outcome or a redelivery cannot change it; a stored
+            # outcome never changes (the first one wins).
             frozen = await self.store.freeze(task_id, view.to_json())
             if frozen is None:
                 return None
@@ -183,9 +185,8 @@ class TaskService:
 
     async def _terminate_after_grace(self, task_id: str) -> None:
         await anyio.sleep(self.settings.cancel_grace_s)
-        record, meta = await self.store.read(task_id)
-        decoded = self.binding.backend.decode(meta)
-        if record is not None and (decoded or {}).get("status") not in READY_STATES:
+        record = await self.store.read(task_id)
+        if record is not None and record.outcome is None:
             logger.warning("task %s did not stop within the grace period; terminating its worker process", task_id)
             app = self.binding.app
             await anyio.to_thread.run_sync(lambda: app.control.revoke(task_id, terminate=True))

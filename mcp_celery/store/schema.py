@@ -9,10 +9,13 @@ Pure (no I/O, no redis import). A task `abc` with the default prefix owns:
 'mcp-celery:task:abc:answers'
 >>> k.bell("abc")
 'mcp-celery:task:abc:bell'
+>>> k.events("abc")
+'mcp-celery:task:abc:events'
 
 The task hash holds the record (tool, createdAt, TTL, client capabilities, owner, cancel
-request, frozen terminal state) and one field per outstanding input request
-(`in:<key>`), so that `tasks/get` is a single HGETALL beside the Celery result GET.
+request, the job's progress and outcome, frozen terminal state) and one field per outstanding
+input request (`in:<key>`), so that `tasks/get` is a single HGETALL, whatever Celery's result
+backend is (Redis, a database, or none).
 The answers hash keeps every delivered answer for replay after a redelivery; the bell
 is a list used as a doorbell (BLPOP) that wakes a job waiting for input or cancel. A running
 job's heartbeat keeps `alive` (ms) in the future and the task in the `live` sorted set, scored
@@ -20,10 +23,13 @@ by the same time, so that any server finds the tasks whose worker stopped beatin
 With `MCP_CELERY_MAX_LIVE_TASKS_PER_PRINCIPAL` set, `owner:<principal>` is a sorted set of
 the task ids that principal created, pruned of finished ones when counted.
 
-Celery's result meta says how the job is doing; the record says what Celery cannot: that
-the task exists at all (a queued and an unknown id both read PENDING in Celery), when it was
-created, its TTL, the client's capabilities, its owner, a cancel request, outstanding input
-requests and, once a terminal state has been observed, that state frozen for ever.
+The worker writes how the job is doing into the record, in the shape of Celery's result meta
+(`{"status": "PROGRESS", "result": {...}}`): `progress` while it runs (STARTED, PROGRESS) and
+`outcome` once it ended (SUCCESS, FAILURE, REVOKED; the first outcome wins). Beside that, the
+record says what Celery cannot: that the task exists at all (a queued and an unknown id both read
+PENDING in Celery), when it was created, its TTL, the client's capabilities, its owner, a cancel
+request, outstanding input requests and, once a terminal state has been observed, that state
+frozen for ever. Every change a reader can see is PUBLISHed on the task's `events` channel.
 """
 
 from __future__ import annotations
@@ -60,6 +66,11 @@ class FIELD:
     UPDATED = "updated"
     FINAL = "final"
     ALIVE_UNTIL = "alive"
+    PROGRESS = "progress"
+    OUTCOME = "outcome"
+    RUNS = "runs"  # starts of a retry_on_worker_loss job (counted only for those)
+    #: Why the job's heartbeat is about to stop (its worker is shutting down); shown if it does.
+    LOST = "lost"
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -75,6 +86,7 @@ JOB_FIELDS = (
     FIELD.CREATED,
     FIELD.TTL,
     FIELD.POLL,
+    FIELD.ALIVE_UNTIL,  # set: an earlier delivery of the job already started
 )
 
 
@@ -93,8 +105,16 @@ class Keys:
     def bell(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}:bell"
 
+    def events(self, task_id: str) -> str:
+        """The pub/sub channel on which every visible change of the task is announced."""
+        return f"{self.prefix}:task:{task_id}:events"
+
     def live(self) -> str:
-        """Sorted set of running tasks scored by the time their heartbeat runs out (ms)."""
+        """Sorted set of running tasks scored by the time their heartbeat runs out (ms).
+
+        With a Redis broker, a task enters it when created, scored by when to look for its message
+        if no job has started by then (`mcp_celery.server.reaper`); JOB_START replaces that score.
+        """
         return f"{self.prefix}:live"
 
     def owner_tasks(self, principal: str) -> str:
@@ -145,6 +165,9 @@ class TaskRecord:
     updated_ms: int | None = None
     final: dict[str, Any] | None = None
     alive_until_ms: int | None = None
+    progress: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None
+    lost_reason: str | None = None
     inputs: dict[str, Any] = field(default_factory=lambda: {})
     first_answers: dict[str, Any] = field(default_factory=lambda: {})
 
@@ -182,11 +205,19 @@ class TaskRecord:
             sync=bool(raw.get(FIELD.SYNC)),
             cancel_ms=_int_or_none(raw.get(FIELD.CANCEL)),
             updated_ms=_int_or_none(raw.get(FIELD.UPDATED)),
-            final=json.loads(raw[FIELD.FINAL]) if raw.get(FIELD.FINAL) else None,
+            final=_json_or_none(raw.get(FIELD.FINAL)),
             alive_until_ms=_int_or_none(raw.get(FIELD.ALIVE_UNTIL)),
+            progress=_json_or_none(raw.get(FIELD.PROGRESS)),
+            outcome=_json_or_none(raw.get(FIELD.OUTCOME)),
+            lost_reason=raw.get(FIELD.LOST) or None,
             inputs=inputs,
             first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
         )
+
+    @property
+    def job(self) -> dict[str, Any] | None:
+        """How the job is doing, as Celery's result meta would say it (None: not started yet)."""
+        return self.outcome if self.outcome is not None else self.progress
 
     @classmethod
     def from_job_fields(cls, task_id: str, fields: Mapping[str, str]) -> TaskRecord:
@@ -199,6 +230,10 @@ class TaskRecord:
 
 def _int_or_none(value: str | None) -> int | None:
     return int(value) if value else None
+
+
+def _json_or_none(value: str | None) -> Any:
+    return json.loads(value) if value else None
 
 
 def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:

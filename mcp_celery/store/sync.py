@@ -6,14 +6,16 @@ bell, which rings on every answer and on cancel, so a waiting job costs no polli
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
+from mcp_celery.protocol import now_ms
 from mcp_celery.store import scripts
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS, Keys, Lifetimes, TaskRecord, as_text
 
@@ -23,6 +25,8 @@ __all__ = ["MIN_BLOCK_S", "AnswerWait", "SyncStore"]
 MIN_BLOCK_S = 0.01
 #: How long a waiting job pauses before trying an unreachable Redis again.
 RECONNECT_PAUSE_S = 0.5
+#: How long a finished job keeps trying to store its outcome while Redis is unreachable (restarting).
+OUTCOME_RETRY_S = 120.0
 
 logger = logging.getLogger(__name__)
 
@@ -43,27 +47,39 @@ def _pairs(items: Mapping[str, str]) -> list[str]:
 class SyncStore:
     """The worker's view of the store. Its client must have no socket timeout (it blocks on BLPOP)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, lifetimes: Lifetimes, meta_key: Callable[[str], Any]) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, lifetimes: Lifetimes) -> None:
         self.redis = client
         self.keys = keys
         self.lifetimes = lifetimes
-        self.meta_key = meta_key
         self._post = client.register_script(scripts.POST_INPUTS)
         self._beat = client.register_script(scripts.BEAT)
         self._job_start = client.register_script(scripts.JOB_START)
+        self._progress = client.register_script(scripts.PROGRESS)
+        self._outcome = client.register_script(scripts.OUTCOME)
+        self._lost = client.register_script(scripts.LOST)
 
-    def job_started(self, task_id: str, alive_until_ms: int, live_s: int | None = None) -> TaskRecord | None:
+    def job_started(
+        self, task_id: str, alive_until_ms: int, live_s: int | None = None, *, may_run_again: bool = False
+    ) -> TaskRecord | None:
         """The record a starting job needs, or None when the job was not started through MCP.
 
         Also restarts the record's lifetime (`live_s`, default TTL plus the longest job), so that a
         job that waited long in the queue still has its whole run ahead of it (a running task never
-        expires), and beats once.
+        expires), beats once and shows the job running. A record whose `alive_until_ms` is set comes
+        from an earlier delivery that started; unless `may_run_again`, nothing is written then.
         """
-        keys = [self.keys.task(task_id), self.keys.live()]
+        keys = [self.keys.task(task_id), self.keys.live(), self.keys.events(task_id)]
         lifetime = self.lifetimes.live_s if live_s is None else live_s
-        values = self._job_start(keys=keys, args=[lifetime, alive_until_ms, task_id, *JOB_FIELDS])
+        started = json.dumps({"status": "STARTED"})
+        again = "1" if may_run_again else ""
+        args: list[str | int] = [lifetime, alive_until_ms, task_id, now_ms(), started, again, *JOB_FIELDS]
+        values = self._job_start(keys=keys, args=args)
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
+
+    def count_run(self, task_id: str) -> int:
+        """Count one more start of a job that runs again when its worker is lost; returns the count."""
+        return int(self.redis.hincrby(self.keys.task(task_id), FIELD.RUNS, 1))
 
     def beat(self, task_ids: list[str], alive_until_ms: int) -> None:
         """Heartbeat of running jobs: each stays `alive` until `alive_until_ms` (one round trip for all)."""
@@ -74,12 +90,46 @@ class SyncStore:
                 )
             pipe.execute()
 
+    def progress(self, task_id: str, meta: Mapping[str, Any]) -> None:
+        """Show the job's progress (`{"status": ..., "result": ...}`, as Celery's result meta).
+
+        Best effort: while Redis is unreachable (restarting) the job goes on; its next progress shows.
+        """
+        keys = [self.keys.task(task_id), self.keys.events(task_id)]
+        try:
+            self._progress(keys=keys, args=[json.dumps(meta, default=str), now_ms()])
+        except (redis.ConnectionError, redis.TimeoutError):
+            logger.warning("task %s: Redis unreachable; this progress is not shown", task_id)
+
+    def job_interrupted(self, task_id: str, at_ms: int) -> None:
+        """The job's process is being stopped mid-job: its heartbeat ends now, not a period later.
+
+        Listeners hear of it at once (the ping makes servers read the task, which is then lost);
+        an outcome stored meanwhile still wins, since a finished job is never lost.
+        """
+        with self.redis.pipeline(transaction=False) as pipe:
+            self._beat(keys=[self.keys.task(task_id), self.keys.live()], args=[at_ms - 1, task_id], client=pipe)
+            pipe.publish(self.keys.events(task_id), "lost")
+            pipe.execute()
+
+    def note_lost_reason(self, task_ids: list[str], reason: str) -> None:
+        """Say why these jobs' heartbeats may stop (a worker shutting down); no effect on a job that finishes."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                self._lost(keys=[self.keys.task(task_id)], args=[reason], client=pipe)
+            pipe.execute()
+
     def cancel_requested(self, task_id: str) -> bool:
-        return bool(self.redis.hexists(self.keys.task(task_id), FIELD.CANCEL))
+        """Whether the client cancelled; False while Redis is unreachable (the flag is durable, seen later)."""
+        try:
+            return bool(self.redis.hexists(self.keys.task(task_id), FIELD.CANCEL))
+        except (redis.ConnectionError, redis.TimeoutError):
+            logger.warning("task %s: Redis unreachable; cancel checked again at the next checkpoint", task_id)
+            return False
 
     def post_inputs(self, task_id: str, requests: Mapping[str, str], now_ms: int) -> tuple[bool, dict[str, str]]:
         """Publish input requests; returns (cancel requested, answers already stored by key)."""
-        keys = [self.keys.task(task_id), self.keys.answers(task_id)]
+        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.events(task_id)]
         reply = self._post(keys=keys, args=[now_ms, *_pairs(requests)])
         answers = {k: as_text(v) for k, v in zip(requests, reply[1:], strict=True) if v}
         return bool(reply[0]), answers
@@ -127,15 +177,35 @@ class SyncStore:
                 time.sleep(min(RECONNECT_PAUSE_S, left))
         return False
 
-    def job_ended(self, task_id: str, *, asked: bool) -> None:
-        """Let the record live for the TTL from now on, now that the job is over.
+    def job_ended(
+        self, task_id: str, *, asked: bool, outcome: Mapping[str, Any] | None = None, retry_s: float = OUTCOME_RETRY_S
+    ) -> None:
+        """Store the job's `outcome` (unless one is stored already) and let the record live for the TTL.
 
-        Celery writes the result meta just after this with the same expiry, so the record
-        never outlives the meta (which would make a finished task read as queued).
+        One round trip, tried again for up to `retry_s` while Redis is unreachable: an outcome lost
+        to a Redis restart would leave the task to be reported lost. Storing it twice is harmless.
+        `outcome` is None when the job ends without one of its own (a retry, or a redelivery to
+        come); `asked`: the task owns answers and a bell to expire too.
         """
-        keys = [self.keys.task(task_id)] + ([self.keys.answers(task_id), self.keys.bell(task_id)] if asked else [])
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                self._end(task_id, asked, outcome)
+                return
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() >= deadline:
+                    raise
+                logger.warning("task %s: Redis unreachable while storing how the job ended; retrying", task_id)
+                time.sleep(RECONNECT_PAUSE_S)
+
+    def _end(self, task_id: str, asked: bool, outcome: Mapping[str, Any] | None) -> None:
+        task = self.keys.task(task_id)
+        keys = [task] + ([self.keys.answers(task_id), self.keys.bell(task_id)] if asked else [])
         ttl_s = self.lifetimes.ttl_s
         with self.redis.pipeline(transaction=False) as pipe:
+            if outcome is not None:
+                encoded = json.dumps(outcome, default=str)
+                self._outcome(keys=[task, self.keys.events(task_id)], args=[encoded], client=pipe)
             for key in keys:
                 if ttl_s is None:
                     pipe.persist(key)

@@ -21,6 +21,7 @@ from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
 from mcp_celery.errors import InputNotSupported, InputTimeout, TaskCancelled
 from mcp_celery.inputs import elicitation, missing_capability, roots_request, sampling
 from mcp_celery.protocol import now_ms
+from mcp_celery.status import READY_STATES
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.store.sync import SyncStore
 
@@ -117,9 +118,17 @@ class JobContext:
         Raises:
             TaskCancelled: the client cancelled the task.
         """
-        self._task.update_state(state="PROGRESS", meta={"message": message})
+        if self.attached:
+            self._store.progress(self.task_id, {"status": "PROGRESS", "result": {"message": message}})
+        else:
+            self._task.update_state(state="PROGRESS", meta={"message": message})
         self._unsent_progress = message
         self.check_cancelled()
+
+    def report_state(self, state: str, meta: Any) -> None:
+        """Show a state the job stored the Celery way (`update_state`) in its MCP task too."""
+        if self.attached and state not in READY_STATES:
+            self._store.progress(self.task_id, {"status": state, "result": meta})
 
     def _send_unsent_progress(self) -> None:
         """Show the latest status in Flower, at most once per PROGRESS_EVENT_INTERVAL_S.
@@ -224,7 +233,9 @@ class JobContext:
                 raise InputNotSupported(f"cannot send input request {name!r}: {reason}")
 
     def _wait_for_answers(self, keys: list[str], timeout: float | None) -> dict[str, str]:
-        self._task.update_state(state=INPUT_REQUIRED_STATE, meta={"message": "waiting for input", "keys": keys})
+        # The job parks in a custom Celery state, for Celery's own result backend and its callers; in
+        # the record, the posted requests already make the task input_required.
+        self._store_celery_state(INPUT_REQUIRED_STATE, {"message": "waiting for input", "keys": keys})
         self._unsent_progress = None  # older than the question
         self._send_event("task-input_required", keys=keys, result="waiting for input")
         outcome = self._store.wait_for_answers(
@@ -234,11 +245,15 @@ class JobContext:
             raise TaskCancelled(self.task_id)
         if outcome.missing:
             raise InputTimeout(f"no answer to {list(outcome.missing)} within the timeout")
-        self._task.update_state(state="STARTED", meta={"message": "running"})
+        self._store_celery_state("STARTED", {"message": "running"})
         # Celery's event state ranks custom states (INPUT_REQUIRED) above STARTED and would take a
         # plain task-started for a late, out-of-order event: the explicit state field overrides it.
         self._send_event("task-started", state="STARTED", result="running")
         return outcome.answers
+
+    def _store_celery_state(self, state: str, meta: dict[str, Any]) -> None:
+        """What `update_state` does, without showing it in the record too (the record tells it already)."""
+        self._task.backend.store_result(self.task_id, meta, state, request=self._task.request)
 
     def _send_event(self, event: str, **fields: Any) -> None:
         # Flower learns of custom states only through events; a lost event must not fail the job.

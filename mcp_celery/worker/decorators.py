@@ -20,11 +20,14 @@ from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TaskMode
 from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
 from mcp_celery.worker.context import JobContext, current_context
-from mcp_celery.worker.execution import run_job
+from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, WRAPPED, run_job
 
 __all__ = ["expose", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: How many times `retry_on_worker_loss=True` lets a job run again after losing its worker.
+DEFAULT_RERUNS = 3
 
 
 @overload
@@ -41,6 +44,7 @@ def tool(
     task_mode: TaskMode = "optional",
     terminate_on_cancel: bool = False,
     ask_first: AskFirst | None = None,
+    retry_on_worker_loss: bool | int = False,
     **task_options: Any,
 ) -> Callable[[F], F]: ...
 def tool(
@@ -54,6 +58,7 @@ def tool(
     task_mode: TaskMode = "optional",
     terminate_on_cancel: bool = False,
     ask_first: AskFirst | None = None,
+    retry_on_worker_loss: bool | int = False,
     **task_options: Any,
 ) -> Any:
     """Make `fn` a Celery task of `app` and an MCP tool.
@@ -71,6 +76,13 @@ def tool(
         ask_first: questions settled with the client before any job is queued (an MRTR
             round on `tools/call`): `{key: request}` or a function of the arguments
             returning one; the job reads the answers from `ctx.first_answers`.
+        retry_on_worker_loss: at-least-once delivery, for idempotent jobs only: when the
+            worker running the job is lost (its process or the whole worker killed), the job
+            runs again from the start on another worker instead of ending failed; answers
+            already given are replayed. True allows 3 runs again (a job that kills its worker
+            every time then ends failed), a number that many. Sets Celery's `acks_late` and
+            `reject_on_worker_lost` (not Celery's own `retry_on_worker_lost`, which retries
+            after a countdown).
         **task_options: passed to `app.task` (e.g. `queue`, `time_limit`); `celery_name=` sets the
             Celery task name (default: `module.function`, as Celery names it).
 
@@ -82,7 +94,10 @@ def tool(
 
     def decorate(func: F) -> F:
         tool_name = name or func.__name__
-        celery_task, model, context_param, output = _job_task(app, func, tool_name, dict(task_options))
+        options = dict(task_options)
+        if retry_on_worker_loss:
+            _deliver_at_least_once(app, tool_name, options, retry_on_worker_loss)
+        celery_task, model, context_param, output = _job_task(app, func, tool_name, options)
         spec = ToolSpec(
             name=tool_name,
             celery_task=celery_task,
@@ -142,17 +157,24 @@ def expose(
     description: str | None = None,
     task_mode: TaskMode = "optional",
     terminate_on_cancel: bool = False,
+    retry_on_worker_loss: bool | int = False,
 ) -> Task[Any, Any]:
     """Expose an existing Celery task as an MCP tool, its code unchanged.
 
     Its parameters become the input schema (a bound task's `self` is skipped); progress it
     reports with `self.update_state(state=..., meta={...})` shows as `statusMessage`.
     Inside it, `mcp_celery.current_context()` returns the JobContext when called through MCP.
+    `retry_on_worker_loss=True` makes its delivery at-least-once, as for `tool`.
 
     Raises:
         ToolDefinitionError: the signature cannot become an MCP input schema.
     """
     tool_name = name or celery_task.name.rsplit(".", 1)[-1]
+    if retry_on_worker_loss:
+        options: dict[str, Any] = {"time_limit": celery_task.time_limit}
+        _deliver_at_least_once(celery_task.app, tool_name, options, retry_on_worker_loss)
+        for option, value in options.items():
+            setattr(celery_task, option, value)
     run = celery_task.run
     skip = ("self",) if getattr(celery_task, "bind", False) or _is_bound(run) else ()
     model, _, output = build_input_model(_unbound(run), tool_name, skip=skip, context_type=None)
@@ -170,6 +192,39 @@ def expose(
     return celery_task
 
 
+def _deliver_at_least_once(app: Celery, tool_name: str, task_options: dict[str, Any], reruns: bool | int) -> None:
+    """Late ack and reject on worker loss: the broker keeps the message until the job ends.
+
+    With a Redis broker, a message not acked within the visibility timeout is handed to another
+    worker, running job or not, so the job's hard time limit must be shorter than that timeout
+    (`configure_app` makes it twice the longest job). A lost job is re-queued well before
+    then by the server (`mcp_celery.server.reaper`).
+
+    Raises:
+        ToolDefinitionError: acks_late or reject_on_worker_lost turned off, or no hard time limit
+            below the visibility timeout of a Redis broker.
+    """
+    for option in ("acks_late", "reject_on_worker_lost"):
+        if task_options.get(option) is False:
+            raise ToolDefinitionError(f"tool {tool_name!r}: retry_on_worker_loss needs {option}=True")
+        task_options[option] = True
+    # Counted by run_job: a job that kills its worker every time must end, not run for ever.
+    allowed = DEFAULT_RERUNS if reruns is True else int(reruns)
+    if allowed < 1:
+        raise ToolDefinitionError(f"tool {tool_name!r}: retry_on_worker_loss must be True or a positive count")
+    task_options[MAX_RERUNS_ATTRIBUTE] = allowed
+    if not str(app.conf.broker_url or "").startswith(("redis", "rediss", "sentinel")):
+        return  # RabbitMQ redelivers when the worker's channel closes; no visibility timeout
+    timeout = (app.conf.broker_transport_options or {}).get("visibility_timeout", 3600)
+    limit = task_options.get("time_limit") or app.conf.task_time_limit
+    if not limit or limit >= timeout:
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: retry_on_worker_loss needs a hard time limit (now {limit}) shorter than the "
+            f"broker's visibility timeout ({timeout} s), or Redis would hand the running job to a second "
+            "worker; configure_app(app, max_job=...) sets both"
+        )
+
+
 def _register(app: Celery, spec: ToolSpec) -> None:
     tools = registry(app)
     existing = tools.get(spec.name)
@@ -183,17 +238,32 @@ def _register(app: Celery, spec: ToolSpec) -> None:
 
 
 def _wrap_run(celery_task: Task[Any, Any]) -> None:
-    """Route the task's body through `run_job`; Celery's tracer calls `task.run`."""
+    """Route the task's body through `run_job` (Celery's tracer calls `task.run`), and its progress to MCP."""
     run = celery_task.run
-    if getattr(run, "_mcp_celery_wrapped", False):
+    if getattr(run, WRAPPED, False):
         return
 
     @functools.wraps(run)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         return run_job(celery_task, run, args, kwargs)
 
-    wrapped._mcp_celery_wrapped = True  # type: ignore[attr-defined]
+    setattr(wrapped, WRAPPED, True)
     celery_task.run = wrapped  # type: ignore[method-assign]
+    _mirror_update_state(celery_task)
+
+
+def _mirror_update_state(celery_task: Task[Any, Any]) -> None:
+    """`self.update_state(...)` in an exposed task also shows in its MCP task (the record is all MCP reads)."""
+    update_state = celery_task.update_state
+
+    @functools.wraps(update_state)
+    def mirrored(task_id: str | None = None, state: str | None = None, meta: Any = None, **kwargs: Any) -> None:
+        update_state(task_id, state, meta, **kwargs)
+        ctx = current_context()
+        if ctx is not None and state is not None and (task_id is None or task_id == ctx.task_id):
+            ctx.report_state(state, meta)
+
+    celery_task.update_state = mirrored  # type: ignore[method-assign]
 
 
 def _is_bound(run: Callable[..., Any]) -> bool:

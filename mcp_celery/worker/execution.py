@@ -1,29 +1,52 @@
 """Running one job: the code around every MCP tool's Celery task body.
 
 Worker tier. Only for jobs started through MCP (those with a task record), `run_job` refuses
-to start a cancelled task, makes the JobContext current, turns a cancellation into Celery's
-REVOKED state, and shortens the record's life to the TTL once the job is over. Jobs started
-the ordinary Celery way run exactly as before.
+to start a cancelled task or to run an at-most-once job a second time, makes the JobContext
+current, turns a cancellation into Celery's REVOKED state, stores the job's outcome in the
+record (the MCP side reads nothing else), and shortens the record's life to the TTL once the
+job is over (or, when its process is being stopped mid-job, ends its heartbeat at once). Jobs
+started the ordinary Celery way run exactly as before.
+
+Some endings happen outside the job, in the worker's main process: a pool process lost, a hard
+time limit, a revoke of a queued or terminated job. Celery reports those with its
+`task_failure` and `task_revoked` signals, which store the outcome the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Callable
 from typing import Any
 
-from celery import Task
-from celery.exceptions import Ignore
+from celery import Task, signals
+from celery.exceptions import Ignore, Reject, Retry
+from redis.exceptions import RedisError
 
-from mcp_celery.errors import TaskCancelled
-from mcp_celery.store.schema import Lifetimes
+from mcp_celery.errors import ProtocolError, TaskCancelled
+from mcp_celery.protocol import INTERNAL_ERROR, now_ms
+from mcp_celery.store.schema import Lifetimes, TaskRecord
+from mcp_celery.store.sync import SyncStore
+from mcp_celery.worker import outcome
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
 from mcp_celery.worker.heartbeat import Heartbeat
 
-__all__ = ["run_job"]
+__all__ = ["is_tool_task", "run_job"]
 
 logger = logging.getLogger(__name__)
+
+#: Set on an exception whose outcome `run_job` stored, so the task_failure signal skips it.
+_STORED = "_mcp_celery_outcome_stored"
+#: How long the main process keeps trying to store an outcome while Redis is unreachable.
+OUTSIDE_RETRY_S = 5.0
+#: Set on the task body `run_job` wraps.
+WRAPPED = "_mcp_celery_wrapped"
+
+
+def is_tool_task(task: Any) -> bool:
+    """Whether `task` runs through `run_job` (an MCP tool)."""
+    return bool(getattr(getattr(task, "run", None), WRAPPED, False))
 
 
 def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -34,27 +57,106 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     task_id: str | None = celery_task.request.id
     # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
     attached = bool(task_id) and not celery_task.request.is_eager
-    record = (
-        store.job_started(str(task_id), heartbeat.deadline_ms(), _record_life_s(celery_task, store.lifetimes))
-        if attached
-        else None
-    )
+    record = _start(celery_task, store, heartbeat) if attached else None
+    if record is None:
+        with activate(JobContext(celery_task, store, None, input_timeout_s=worker.settings.input_timeout_s)):
+            return run(*args, **kwargs)
     ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
-    if record is not None:
-        heartbeat.add(record.task_id)
+    heartbeat.add(record.task_id)
+    ended: dict[str, Any] | None = None
+    interrupted = False
     with activate(ctx):
         try:
-            if record is not None and record.cancel_ms is not None:
+            if record.cancel_ms is not None:
+                ended = outcome.revoked("cancelled before start")
                 _mark_cancelled(celery_task, "cancelled before start")
-            return run(*args, **kwargs)
+            _refuse_endless_reruns(celery_task, store, record.task_id)
+            value = run(*args, **kwargs)
+            ended = outcome.succeeded(value)
+            return value
         except TaskCancelled:
-            if record is None:
-                raise
+            ended = outcome.revoked("cancelled by client")
             _mark_cancelled(celery_task, "cancelled by client")
+        except Retry:
+            store.progress(record.task_id, {"status": "RETRY"})  # the job runs again later
+            raise
+        except (Ignore, Reject):
+            raise  # Celery's own control flow: the main process reports what follows
+        except Exception as exc:
+            ended = outcome.failed(exc, traceback.format_exc())
+            _flag_stored(exc)
+            raise
+        except BaseException:
+            # SystemExit here is billiard's SIGTERM handler: the pool process is being stopped
+            # (a cold shutdown, a terminate) with the job unfinished.
+            interrupted = True
+            raise
         finally:
-            if record is not None:
-                heartbeat.discard(record.task_id)
-                store.job_ended(record.task_id, asked=ctx.asked_for_input)
+            _end(store, heartbeat, record.task_id, asked=ctx.asked_for_input, ended=ended, interrupted=interrupted)
+
+
+def _start(celery_task: Task[Any, Any], store: SyncStore, heartbeat: Heartbeat) -> TaskRecord | None:
+    """The job's record (None: not an MCP task); Ignore for a second delivery of an at-most-once job."""
+    again = _may_run_again(celery_task)
+    life_s = _record_life_s(celery_task, store.lifetimes)
+    task_id = str(celery_task.request.id)
+    record = store.job_started(task_id, heartbeat.deadline_ms(), life_s, may_run_again=again)
+    if record is not None and record.alive_until_ms is not None and not again:
+        # At most once: a second delivery (a message Celery restored at a cold shutdown, a
+        # visibility timeout) never runs the job again; the first run's outcome stands.
+        logger.warning("task %s: not run again (at-most-once; an earlier delivery started it)", task_id)
+        raise Ignore("an earlier delivery of this at-most-once job started it")
+    return record
+
+
+def _may_run_again(celery_task: Task[Any, Any]) -> bool:
+    """At-least-once tools (late ack, reject on worker loss) and Celery retries may run a job again."""
+    at_least_once = bool(celery_task.acks_late and celery_task.reject_on_worker_lost)
+    return at_least_once or bool(celery_task.request.retries)
+
+
+def _end(
+    store: SyncStore,
+    heartbeat: Heartbeat,
+    task_id: str,
+    *,
+    asked: bool,
+    ended: dict[str, Any] | None,
+    interrupted: bool,
+) -> None:
+    if interrupted:
+        heartbeat.discard(task_id)  # first, or a beat could push the deadline on again
+        try:
+            # The heartbeat ends now, so servers report the task at once instead of a period later.
+            store.job_interrupted(task_id, now_ms())
+        except (RedisError, OSError):
+            logger.warning("task %s: could not record that the job was stopped", task_id, exc_info=True)
+        return
+    try:
+        store.job_ended(task_id, asked=asked, outcome=ended)
+    finally:
+        # Only now: while the outcome waits for Redis, the job still counts as alive.
+        heartbeat.discard(task_id)
+
+
+#: The Celery task attribute `retry_on_worker_loss` sets: how many times the job may run again.
+MAX_RERUNS_ATTRIBUTE = "mcp_celery_max_reruns"
+
+
+def _refuse_endless_reruns(celery_task: Task[Any, Any], store: SyncStore, task_id: str) -> None:
+    """End a `retry_on_worker_loss` job that lost its worker too often (one that kills it every time).
+
+    Raises:
+        ProtocolError: the job has run its allowed number of times already; the task ends failed.
+    """
+    allowed = getattr(celery_task, MAX_RERUNS_ATTRIBUTE, None)
+    if not allowed:
+        return  # at-most-once: nothing counted, no extra round trip
+    runs = store.count_run(task_id)
+    if runs > allowed + 1:
+        raise ProtocolError(
+            INTERNAL_ERROR, f"the job lost its worker {runs - 1} times; it is not run again (retry_on_worker_loss)"
+        )
 
 
 def _record_life_s(celery_task: Task[Any, Any], lifetimes: Lifetimes) -> int | None:
@@ -76,3 +178,41 @@ def _mark_cancelled(celery_task: Task[Any, Any], reason: str) -> None:
     except Exception:  # noqa: BLE001
         logger.warning("could not send the task-revoked event for %s", celery_task.request.id, exc_info=True)
     raise Ignore(reason)
+
+
+def _flag_stored(exc: BaseException) -> None:
+    try:
+        setattr(exc, _STORED, True)
+    except AttributeError:  # an exception type with __slots__: the signal stores it again (first one wins)
+        pass
+
+
+def _store_outside_the_job(task: Any, task_id: str | None, ended: dict[str, Any]) -> None:
+    if not task_id:
+        return
+    try:
+        # Briefly: in the worker's main process a long wait would hold up every other job.
+        worker_binding(task.app).store.job_ended(task_id, asked=True, outcome=ended, retry_s=OUTSIDE_RETRY_S)
+    except Exception:  # noqa: BLE001 - never break Celery's own failure path; the heartbeat still tells
+        logger.warning("could not store the outcome of task %s", task_id, exc_info=True)
+
+
+@signals.task_failure.connect(weak=False)
+def _failed_outside_the_job(
+    sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
+) -> None:
+    """A pool process lost, a hard time limit, a rejected message: the job could not store its outcome."""
+    if exception is None or not is_tool_task(sender) or getattr(exception, _STORED, False):
+        return
+    _store_outside_the_job(sender, task_id, outcome.failed(exception))
+
+
+@signals.task_revoked.connect(weak=False)
+def _revoked_outside_the_job(
+    sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False, **_: Any
+) -> None:
+    """A revoke that ended the job from outside: the message was dropped, or the process terminated."""
+    if not is_tool_task(sender) or request is None:
+        return
+    reason = "terminated" if terminated else "expired" if expired else "revoked"
+    _store_outside_the_job(sender, getattr(request, "id", None), outcome.revoked(reason))

@@ -1,0 +1,164 @@
+"""The reaper: each server process looks after the tasks whose job owes a sign of life.
+
+Server tier. The `live` sorted set holds every task some worker should be making progress on,
+scored by when it must have shown it: a running job's heartbeat deadline, or, for a task whose
+job has not started, the time to look for its message (`queue_check_s` after creation; only
+with a Redis broker, whose queues can be looked into). Every period, each server takes the
+overdue ones; none of them is special, and what they decide is a check-and-set in Redis
+(FREEZE, the broker's REQUEUE), so two servers never decide twice.
+
+* A started job whose heartbeat ran out: reading the task freezes it `failed` (at-most-once).
+  A `retry_on_worker_loss` tool reads `working` instead ("waiting to run the job again"), and
+  its message is looked for: still in kombu's unacked hash from the lost run (the whole worker
+  died, and kombu would hand it out again only after the visibility timeout, hours), it is
+  moved back to its queue now.
+* A job that has not started: its message is looked for in its queue and the unacked hash.
+  Found, it is looked at again `queue_check_s` later (a task queued behind busy workers is
+  never failed). Found nowhere twice, a period apart (a message in flight between BRPOP and
+  kombu's unacked copy, or between Celery's early ack and JOB_START, is seen again or has
+  started by then), the task ends `failed`: no worker has its message, none ever will.
+
+With RabbitMQ there is nothing to look into; the broker redelivers a closed channel's unacked
+messages by itself. What remains there: an at-most-once job acked early (when the pool takes
+it) whose worker dies before JOB_START, a window of milliseconds, stays `working`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from celery import Task
+
+from mcp_celery.protocol import INTERNAL_ERROR, now_ms
+from mcp_celery.server.broker import NOWHERE, STALE, RedisBroker
+from mcp_celery.status import TaskView
+
+if TYPE_CHECKING:
+    from mcp_celery.server.service import TaskService
+
+__all__ = ["LOST_BEFORE_START", "LOST_WITH_WORKER", "Reaper"]
+
+logger = logging.getLogger(__name__)
+
+LOST_BEFORE_START = "the job's message was lost before any worker started it"
+LOST_WITH_WORKER = "the worker running the job was lost, and the job's message with it, so it cannot run again"
+
+
+@dataclass(frozen=True)
+class _Sought:
+    """A task whose message is to be found: its queue, whether its job had started, and when its
+    worker must have taken a message that is to count as lost with it (s; 0: never)."""
+
+    queue: str
+    started: bool
+    stale_before: float
+
+
+class Reaper:
+    """One server process's sweeps over the overdue tasks."""
+
+    def __init__(self, service: TaskService) -> None:
+        self.service = service
+        settings = service.settings
+        self.period_s = max(settings.worker_lost_timeout_s / 3, 0.2)
+        self.lost_ms = int(settings.worker_lost_timeout_s * 1000)
+        self.check_ms = int(settings.queue_check_s * 1000)
+        self.broker = RedisBroker.of_app(service.binding.app)
+        self._missing: dict[str, int] = {}  # task id -> when its message was first found nowhere (ms)
+        self._queues: dict[str, str] = {}  # tool -> the queue its messages go to
+
+    def first_check_ms(self, created_ms: int) -> int | None:
+        """When a new task's message is first looked for (None: the broker cannot be looked into)."""
+        return None if self.broker is None else created_ms + self.check_ms
+
+    async def sweep(self) -> None:
+        now = now_ms()
+        store = self.service.store
+        overdue = await store.overdue(now)
+        if not overdue:
+            return
+        marks = await store.job_marks(overdue)
+        done = [task_id for task_id in overdue if task_id not in marks]
+        sought: dict[str, _Sought] = {}
+        for task_id, (tool, alive_ms) in marks.items():
+            if alive_ms is not None and alive_ms > now:
+                continue  # beat since the set was read
+            if alive_ms is not None and await self._settled(task_id):
+                done.append(task_id)
+                continue
+            found = self._sought(tool, alive_ms, now)
+            if found is None:
+                await store.recheck([task_id], now + self.check_ms)
+            else:
+                sought[task_id] = found
+        await store.forget_live(done)
+        if sought and self.broker is not None:
+            await self._look_for(self.broker, sought, now)
+        self._missing = {k: v for k, v in self._missing.items() if now - v < 10 * self.check_ms}
+
+    async def _settled(self, task_id: str) -> bool:
+        """Read the task (freezing it if its worker is lost); True once nothing more is to be watched."""
+        found = await self.service.read_view(task_id)
+        return found is None or found[1].terminal
+
+    def _sought(self, tool: str, alive_ms: int | None, now: int) -> _Sought | None:
+        spec = self.service.tools.get(tool)
+        if spec is None or self.broker is None:
+            return None
+        queue = self._queues.get(tool)
+        if queue is None:
+            queue = self._queues[tool] = _queue_of(spec.celery_task)
+        if not spec.redelivered_on_loss:
+            return _Sought(queue, alive_ms is not None, 0.0)
+        # A delivery from before the heartbeat ran out belongs to the lost run; one not started
+        # within the heartbeat timeout of its delivery has lost its worker too (no prefetch).
+        stale_ms = alive_ms if alive_ms is not None else now - self.lost_ms
+        return _Sought(queue, alive_ms is not None, stale_ms / 1000)
+
+    async def _look_for(self, broker: RedisBroker, sought: dict[str, _Sought], now: int) -> None:
+        """One WHEREABOUTS script per queue, then each task's next step."""
+        store = self.service.store
+        for queue in sorted({s.queue for s in sought.values()}):
+            ids = {task_id: s.stale_before for task_id, s in sought.items() if s.queue == queue}
+            for task_id, found in (await broker.whereabouts(queue, ids)).items():
+                if found.where == NOWHERE:
+                    await self._nowhere(task_id, sought[task_id].started, now)
+                    continue
+                self._missing.pop(task_id, None)
+                if found.where == STALE and await broker.requeue(queue, found):
+                    logger.warning("task %s: its worker was lost; its message is back in queue %r", task_id, queue)
+                await store.recheck([task_id], now + self.check_ms)
+
+    async def _nowhere(self, task_id: str, started: bool, now: int) -> None:
+        """A message found nowhere: look again a period later; found nowhere then too, end the task."""
+        first = self._missing.setdefault(task_id, now)
+        if now - first < self.period_s * 1000:
+            await self.service.store.recheck([task_id], now + int(self.period_s * 1000))
+            return
+        self._missing.pop(task_id, None)
+        found = await self.service.read_view(task_id)
+        if found is not None and not found[1].terminal:
+            record = found[0]
+            if (record.alive_until_ms is not None) != started or (record.alive_until_ms or 0) > now:
+                return  # a job started (or beat) meanwhile: not lost
+            if record.cancel_ms is not None:
+                # Cancelled: a worker drops a revoked message; the task reads cancelled after the grace.
+                await self.service.store.recheck([task_id], now + self.check_ms)
+                return
+            message = LOST_WITH_WORKER if started else LOST_BEFORE_START
+            logger.warning("task %s: %s", task_id, message)
+            view = TaskView("failed", now, message, error={"code": INTERNAL_ERROR, "message": message})
+            await self.service.store.freeze(task_id, view.to_json())
+        await self.service.store.forget_live([task_id])
+
+    async def aclose(self) -> None:
+        if self.broker is not None:
+            await self.broker.aclose()
+
+
+def _queue_of(celery_task: Task[Any, Any]) -> str:
+    """The queue Celery routes the task's messages to, as `apply_async` does (its options, then the router)."""
+    task: Any = celery_task
+    return str(task.app.amqp.router.route(task._get_exec_options(), task.name, task_type=task)["queue"].name)

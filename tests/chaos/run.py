@@ -1,0 +1,317 @@
+"""The chaos driver: keeps N tasks in flight while it kills, restarts, cancels and answers at random.
+
+One thread, no fixed sleeps: each turn it tops up the tasks in flight, reads every open task once
+(answering and cancelling as planned), reads the executions log, and performs the chaos events
+that are due. Restarted processes are only spawned; until they answer, calls go to the other
+server. Every decision comes from one seeded RNG (the timing of real processes still varies).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from mcp_celery._jsonrpc import RawHttpClient
+from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities
+from tests.chaos.cluster import Cluster
+from tests.chaos.jobs import RUNS_KEY
+
+#: The shortest turn of the driver's loop (a polling interval, not a synchronization).
+TURN_S = 0.05
+#: How long a worker may take to exit after SIGTERM (grace 2 s, then Celery's cold shutdown).
+SHUTDOWN_LIMIT_S = 20.0
+KINDS = ("worker_kill", "child_kill", "worker_restart", "server_kill", "redis_restart")
+
+
+@dataclass
+class Tracked:
+    """One task as the driver saw it."""
+
+    task_id: str
+    kind: str  # "sleep" or "ask"
+    created: float
+    cancel_after: float | None = None
+    status: str = "working"
+    answer_due: float | None = None
+    cancel_sent: float | None = None
+    answered: str | None = None
+    asked_again: int = 0  # input_required seen after an answer was accepted: a lost answer
+    final: dict[str, Any] | None = None
+    final_at: float | None = None
+
+
+@dataclass
+class Kill:
+    """One chaos event that stops processes, and the open tasks then running in them."""
+
+    kind: str
+    at: float
+    pids: set[int]
+    tasks: set[str] = field(default_factory=lambda: set())
+
+
+@dataclass
+class Plan:
+    """What the run does: sizes and durations (the short test and the long run differ only here)."""
+
+    in_flight: int = 200
+    duration_s: float = 600
+    concurrency: int = 6
+    max_sleep_s: float = 8.0
+    event_gap_s: tuple[float, float] = (3.0, 8.0)
+    ask_share: float = 0.35
+    cancel_share: float = 0.15
+
+
+class Chaos:
+    def __init__(self, cluster: Cluster, plan: Plan, seed: int) -> None:
+        self.cluster = cluster
+        self.plan = plan
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clients = [RawHttpClient(url, timeout=15, client_name="mcp-celery-chaos") for url in cluster.urls]
+        self.tasks: dict[str, Tracked] = {}
+        self.open: set[str] = set()
+        self.runs: list[dict[str, Any]] = []
+        self.kills: list[Kill] = []
+        self.counts: dict[str, int] = dict.fromkeys(KINDS, 0) | {"create_failed": 0, "cancels": 0, "answers": 0}
+        self.pending: list[tuple[float, str, Callable[[], bool]]] = []
+        #: Problems of the processes themselves (found while running, not in the tasks' ends).
+        self.problems: list[str] = []
+        self.stopping: set[str] = set()
+        self.started = time.monotonic()
+        #: Seconds spent starting the cluster, in chaos and settling afterwards.
+        self.phases: dict[str, float] = {}
+        self.creating = True
+        self._queue = list(KINDS)  # every kind once first (in a seeded order), then at random
+        self.rng.shuffle(self._queue)
+        self._next_event = self.started + self.rng.uniform(*plan.event_gap_s)
+        self._runs_db = cluster.runs_db()
+
+    # ------------------------------------------------------------------ calls
+
+    def call(self, method: str, params: dict[str, Any], **caps: Any) -> dict[str, Any] | None:
+        """The result from whichever live server answers first, or None (both down, Redis restarting)."""
+        order = [i for i, proc in enumerate(self.cluster.servers) if proc is not None]
+        self.rng.shuffle(order)
+        for index in order:
+            client = self.clients[index]
+            try:
+                reply = client.call(method, params, capabilities=client_capabilities(**caps))
+            except (OSError, ValueError):
+                client.close()
+                continue
+            if "result" in reply:
+                return dict(reply["result"])
+        return None
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        end = self.started + self.plan.duration_s
+        while time.monotonic() < end:
+            self.turn()
+        self.creating = False
+        self.phases["chaos"] = time.monotonic() - self.started
+
+    def turn(self) -> None:
+        began = time.monotonic()
+        self._turn()
+        if time.monotonic() - began < TURN_S:
+            # Nothing answered (every server down or starting): poll again shortly, not in a hot loop.
+            time.sleep(TURN_S)
+
+    def _turn(self) -> None:
+        if self.creating:
+            self._fill()
+        self._sweep()
+        self._read_runs()
+        self._do_pending(time.monotonic())
+        if self.creating and time.monotonic() >= self._next_event:
+            self._event()
+
+    def settle(self, timeout: float) -> None:
+        """Bring every process back, then go on reading and answering until no task is open or `timeout` passes."""
+        self.creating = False
+        deadline = time.monotonic() + timeout
+        while self.pending and time.monotonic() < deadline:
+            self._do_pending(float("inf"))
+            self._sweep()
+        while self.open and time.monotonic() < deadline:
+            self.turn()
+        self._read_runs()
+        self.phases["settle"] = time.monotonic() - deadline + timeout
+
+    def _fill(self) -> None:
+        for _ in range(min(self.plan.in_flight - len(self.open), 20)):
+            kind = "ask" if self.rng.random() < self.plan.ask_share else "sleep"
+            cancel_after = self.rng.uniform(0, 3) if self.rng.random() < self.plan.cancel_share else None
+            if kind == "ask":
+                result = self.call("tools/call", {"name": "chaos_ask", "arguments": {}}, elicitation={})
+            else:
+                seconds = round(self.rng.uniform(0.2, self.plan.max_sleep_s), 2)
+                result = self.call("tools/call", {"name": "chaos_sleep", "arguments": {"seconds": seconds}})
+            if result is None or "taskId" not in result:
+                self.counts["create_failed"] += 1
+                return  # no server can take it now; the next turn tries again
+            task_id = str(result["taskId"])
+            self.tasks[task_id] = Tracked(task_id, kind, time.monotonic(), cancel_after)
+            self.open.add(task_id)
+
+    def _sweep(self) -> None:
+        for task_id in sorted(self.open):
+            task = self.tasks[task_id]
+            view = self.call("tasks/get", {"taskId": task_id})
+            now = time.monotonic()
+            if view is not None:
+                self._observe(task, view, now)
+            if task_id in self.open and self._cancel_due(task, now):
+                if self.call("tasks/cancel", {"taskId": task_id}) is not None:
+                    task.cancel_sent = time.monotonic()
+                    self.counts["cancels"] += 1
+
+    @staticmethod
+    def _cancel_due(task: Tracked, now: float) -> bool:
+        return task.cancel_after is not None and task.cancel_sent is None and now >= task.created + task.cancel_after
+
+    def _observe(self, task: Tracked, view: dict[str, Any], now: float) -> None:
+        task.status = str(view["status"])
+        if task.status in TERMINAL_STATUSES:
+            task.final, task.final_at = view, now
+            self.open.discard(task.task_id)
+            return
+        if task.status != "input_required" or task.cancel_after is not None:
+            return
+        if task.answered is not None:
+            task.asked_again += 1  # the answer was accepted, yet the job asks again: it was lost
+        elif task.answer_due is None:
+            task.answer_due = now + self.rng.uniform(0, 1.5)
+        if task.answered is None and now < (task.answer_due or now):
+            return
+        value = f"v-{task.task_id[:8]}"
+        responses = {key: {"action": "accept", "content": {"value": value}} for key in view.get("inputRequests", {})}
+        if self.call("tasks/update", {"taskId": task.task_id, "inputResponses": responses}) is not None:
+            task.answered = value
+            self.counts["answers"] += 1
+
+    def _read_runs(self) -> None:
+        try:
+            raw = self._runs_db.lrange(RUNS_KEY, len(self.runs), -1)
+        except (redis.RedisError, OSError):
+            return
+        self.runs.extend(json.loads(entry) for entry in raw)
+
+    # ------------------------------------------------------------------ chaos events
+
+    def _do_pending(self, now: float) -> None:
+        due = [item for item in self.pending if item[0] <= now]
+        for item in due:
+            if item[2]():
+                self.pending.remove(item)
+
+    def _event(self) -> None:
+        kind = self._queue.pop(0) if self._queue else self.rng.choice(KINDS)
+        if getattr(self, f"_{kind}")():
+            self.counts[kind] += 1
+        else:
+            self._queue.append(kind)  # not possible right now (e.g. a worker is down): try it again later
+        self._next_event = time.monotonic() + self.rng.uniform(*self.plan.event_gap_s)
+
+    def _up_workers(self) -> list[str]:
+        """Workers running and not shutting down (a stopping worker is never chosen again)."""
+        names = [name for name in self.cluster.workers if name not in self.stopping]
+        return [name for name in names if self.cluster.worker_pid(name) is not None]
+
+    def _running_on(self, pids: set[int], *, worker: bool) -> set[str]:
+        latest = {run["task"]: run for run in self.runs}
+        return {t for t, run in latest.items() if t in self.open and run["worker" if worker else "pid"] in pids}
+
+    def _worker_kill(self) -> bool:
+        up = self._up_workers()
+        if len(up) < 2:
+            return False  # keep one worker up, so that work goes on
+        name = self.rng.choice(up)
+        self._read_runs()
+        pid = self.cluster.kill_worker(name)
+        self.kills.append(Kill("worker_kill", time.monotonic(), {pid}, self._running_on({pid}, worker=True)))
+        self._restart_later(name, self.rng.uniform(0.5, 3))
+        return True
+
+    def _child_kill(self) -> bool:
+        self._read_runs()
+        live = {self.cluster.worker_pid(name) for name in self.cluster.workers} - {None}
+        killed = {pid for kill in self.kills for pid in kill.pids}
+        latest = {run["task"]: run for run in self.runs}
+        candidates = sorted(
+            run["pid"]
+            for t, run in latest.items()
+            if t in self.open and run["worker"] in live and run["pid"] not in killed
+        )
+        if not candidates:
+            return False
+        pid = self.rng.choice(candidates)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        self.kills.append(Kill("child_kill", time.monotonic(), {pid}, self._running_on({pid}, worker=False)))
+        return True
+
+    def _worker_restart(self) -> bool:
+        up = self._up_workers()
+        if len(up) < 2:
+            return False
+        name = self.rng.choice(up)
+        self._read_runs()
+        pid = self.cluster.terminate_worker(name)
+        self.stopping.add(name)
+        stopped = time.monotonic()
+        self.kills.append(Kill("worker_restart", stopped, {pid}, self._running_on({pid}, worker=True)))
+
+        def restart() -> bool:
+            if not self.cluster.reap_worker(name):
+                if time.monotonic() - stopped < SHUTDOWN_LIMIT_S:
+                    return False
+                # A warm shutdown that never ends is a bug of its own: report it, then go on.
+                self.problems.append(f"worker {name} (pid {pid}) still running {SHUTDOWN_LIMIT_S:.0f} s after SIGTERM")
+                self.problems.append(self.cluster.log_tail(name))
+                self.cluster.kill_worker(name)
+            self.cluster.start_worker(name)
+            self.stopping.discard(name)
+            return True
+
+        self.pending.append((time.monotonic(), f"restart {name}", restart))
+        return True
+
+    def _restart_later(self, name: str, delay: float) -> None:
+        def restart() -> bool:
+            self.cluster.start_worker(name)
+            return True
+
+        self.pending.append((time.monotonic() + delay, f"restart {name}", restart))
+
+    def _server_kill(self) -> bool:
+        up = [i for i, proc in enumerate(self.cluster.servers) if proc is not None]
+        if len(up) < 2:
+            return False
+        index = self.rng.choice(up)
+        self.cluster.kill_server(index)
+
+        def restart() -> bool:
+            self.cluster.start_server(index)
+            return True
+
+        self.pending.append((time.monotonic() + self.rng.uniform(0.5, 3), f"restart server {index}", restart))
+        return True
+
+    def _redis_restart(self) -> bool:
+        self.cluster.restart_redis()
+        return True
