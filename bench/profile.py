@@ -1,6 +1,6 @@
 """Profile the mcp-celery server under one kind of load with py-spy.
 
-python -m bench.profile {create,get,sync,e2e} [--seconds S] [--concurrency C]
+python -m bench.profile {create,get,sync,e2e,listen} [--seconds S] [--concurrency C]
 
 Starts a private Redis, a prefork worker and `mcp-celery serve`, runs the load while `py-spy record`
 samples the server process (and its threads), then prints the top functions by inclusive and by self time
@@ -60,6 +60,10 @@ async def drive(what: str, url: str, seconds: float, conc: int) -> load.LoadResu
         ids = await create_many(url, 500, 4)
         await asyncio.sleep(2)  # let the worker finish them: tasks/get then reads finished tasks
         op = get_op(url, ids)
+    elif what == "listen":
+        from bench.push import push_op  # create, then subscriptions/listen until the task ends
+
+        op = push_op(url)
     else:
         op = e2e_op(url)
     return await load.run_load(op, conc, duration=seconds, warmup=1.0, deadline=seconds + 120)
@@ -74,7 +78,7 @@ def start_py_spy(pyspy: str, pid: int, rate: int, out: Path, seconds: float) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.profile")
-    ap.add_argument("what", choices=["create", "get", "sync", "e2e"])
+    ap.add_argument("what", choices=["create", "get", "sync", "e2e", "listen"])
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples/s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from bench.config import POLL_INTERVAL_S, RunConfig
 from bench.goals import Goal
@@ -125,6 +126,14 @@ def validity_section(r: Results) -> list[str]:
     ]
 
 
+#: Hand-written analysis (profiles, before/after of each change that mattered), kept in every report.
+ANALYSIS = Path(__file__).resolve().parent / "where-the-time-went.md"
+
+
+def analysis_section() -> list[str]:
+    return ["", ANALYSIS.read_text().rstrip()] if ANALYSIS.exists() else []
+
+
 def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
     """The whole of bench/results.md."""
     out = [
@@ -149,6 +158,7 @@ def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
         "| goal | status | figure |",
         "|---|---|---|",
         *[f"| {g.description} | {g.status} | {g.figure} |" for g in goals],
+        *analysis_section(),
         "",
         *breakdown_section(r),
         "",

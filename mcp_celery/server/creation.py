@@ -8,6 +8,7 @@ queued, so `tasks/get` succeeds the moment the handle is returned.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Mapping
@@ -127,22 +128,33 @@ def _new_record(
 
 
 async def _enqueue(service: TaskService, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]) -> None:
-    """Record first, then queue: a `tasks/get` right after the handle is returned must succeed."""
+    """Record first, then queue: a `tasks/get` right after the handle is returned must succeed.
+
+    Both are done before this returns, so the task is durable before its id is handed out.
+    """
     task_id = record.task_id
     indexed = service.settings.max_live_tasks_per_principal is not None
-    await service.store.create(record, index=indexed, check_at_ms=service.first_check_ms(record.created_ms))
+    check_at_ms = service.first_check_ms(record.created_ms)
+    publisher = service.publisher
+
+    # argsrepr names the tool in Flower (ToolSpec.argsrepr).
+    options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr}
     try:
-        # argsrepr names the tool in Flower (ToolSpec.argsrepr); celery-types does not list the option.
-        await anyio.to_thread.run_sync(
-            lambda: spec.celery_task.apply_async(
-                kwargs=arguments,
-                task_id=task_id,
-                argsrepr=spec.argsrepr,  # type: ignore[call-arg]
-            )
-        )
+        if not await publisher.native():
+            await service.store.create(record, index=indexed, check_at_ms=check_at_ms)
+            await publisher.publish_on_thread(spec.celery_task, **options)
+            return
+        # Built before anything is written: a message that cannot be built leaves nothing behind.
+        commands = publisher.build(spec.celery_task, **options)
+        # One round trip when the broker is the records' Redis database: record first, then message.
+        then = commands if publisher.shares_store else ()
+        await service.store.create(record, index=indexed, check_at_ms=check_at_ms, then=then)
+        if not publisher.shares_store:
+            await publisher.send(commands)
     except Exception as exc:
         logger.exception("could not queue job for tool %r", spec.name)
-        await service.store.delete(task_id)
+        with contextlib.suppress(Exception):  # the record may not exist, or Redis may be what failed
+            await service.store.delete(task_id)
         # The broker's error can name its URL, password included: only debug mode shows it, redacted.
         raise MCPError(INTERNAL_ERROR, f"could not queue the job: {limits.describe(exc, service.settings)}") from exc
 
@@ -160,12 +172,13 @@ async def _run_sync(
         try:
             await _enqueue(service, spec, record, arguments)
             queued = True
+            # Nothing to read yet: the task is as just written until its job reports, and every
+            # report since the watch began wakes `changed` (so the first wait loses nothing).
             while not done and anyio.current_time() < deadline:
+                await watcher.changed(deadline - anyio.current_time())
                 found = await service.read_view(record.task_id)
                 view = None if found is None else found[1]
                 done = view is None or view.terminal
-                if not done:
-                    await watcher.changed(deadline - anyio.current_time())
         finally:
             if queued and not done:  # timed out, or the caller went away: the job must not run on unseen
                 with anyio.CancelScope(shield=True):

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.events import TaskEvents
+from mcp_celery.server.publish import Publisher
 from mcp_celery.server.reaper import Reaper
 from mcp_celery.status import TaskView, expired, task_view
 from mcp_celery.store.aio import AsyncStore
@@ -46,6 +47,7 @@ class TaskService:
         self._events: TaskEvents | None = None
         self._tg: TaskGroup | None = None
         self._reaper: Reaper | None = None
+        self._publisher: Publisher | None = None
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -66,6 +68,13 @@ class TaskService:
         return self._store
 
     @property
+    def publisher(self) -> Publisher:
+        """Queues jobs: natively on a plain Redis broker, else with `apply_async` on a thread."""
+        if self._publisher is None:
+            self._publisher = Publisher(self.binding.app, self.store.redis)
+        return self._publisher
+
+    @property
     def events(self) -> TaskEvents:
         """The process's one event listener.
 
@@ -81,6 +90,7 @@ class TaskService:
         """The server's lifespan: the event listener and the cancel timers run inside it."""
         events = self._events = TaskEvents(self.store.redis, self.binding.keys.events)
         reaper = self._reaper = Reaper(self)
+        await self.publisher.native()  # connects to the broker now rather than on the first tools/call
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(events.run)
@@ -93,6 +103,9 @@ class TaskService:
                 self._tg = self._events = self._reaper = None
         await events.aclose()
         await reaper.aclose()
+        if self._publisher is not None:
+            await self._publisher.aclose()
+            self._publisher = None
         if self._store is not None:
             await self._store.aclose()
             self._store = None

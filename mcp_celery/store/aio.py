@@ -10,7 +10,7 @@ pipeline (HSET and EXPIRE, plus the owner's index under a quota).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -35,12 +35,21 @@ class AsyncStore:
         self._answer = client.register_script(scripts.ANSWER)
         self._freeze = client.register_script(scripts.FREEZE)
 
-    async def create(self, record: TaskRecord, *, index: bool = False, check_at_ms: int | None = None) -> None:
+    async def create(
+        self,
+        record: TaskRecord,
+        *,
+        index: bool = False,
+        check_at_ms: int | None = None,
+        then: Sequence[tuple[str, tuple[Any, ...]]] = (),
+    ) -> None:
         """Write the record, so that `tasks/get` succeeds before the job is queued.
 
         `index` also adds the task to its owner's set (only kept when a per-principal quota is set).
         `check_at_ms`: when a server looks for the job's message if no job has started by then
         (the task waits in `live` with that score; JOB_START replaces it with the heartbeat's).
+        `then` are more commands for the same round trip, run after the record's (the job's
+        message, when the broker is this Redis database: see `server.publish`).
         """
         key = self.keys.task(record.task_id)
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -52,6 +61,8 @@ class AsyncStore:
                 owned = self.keys.owner_tasks(record.owner)
                 pipe.zadd(owned, {record.task_id: record.created_ms})
                 pipe.expire(owned, self.lifetimes.live_s)
+            for name, args in then:
+                getattr(pipe, name)(*args)
             await pipe.execute()
 
     async def owned(self, owner: str) -> list[tuple[str, TaskRecord | None]]:
