@@ -31,6 +31,7 @@ __all__ = [
     "caps",
     "modern_meta",
     "free_port",
+    "http_answers",
     "jobs_env",
     "session_redis",
     "start_jobs_worker",
@@ -102,17 +103,19 @@ def start_http_server(
     server = Process([*args, *extra], env, log)
     url = f"http://127.0.0.1:{port}/mcp"
 
-    def ready() -> bool:
-        probe = RawHttpClient(url, timeout=1)
-        try:
-            return probe.send_raw(b"{}", {"Content-Type": "application/json"}).status_code < 500
-        except OSError:
-            return False
-        finally:
-            probe.close()
-
-    server.wait_ready(ready, 60, "the HTTP server to answer")
+    server.wait_ready(lambda: http_answers(url), 60, "the HTTP server to answer")
     return url, server
+
+
+def http_answers(url: str) -> bool:
+    """Whether an MCP server answers HTTP at `url` (any answer below 500)."""
+    probe = RawHttpClient(url, timeout=1)
+    try:
+        return probe.send_raw(b"{}", {"Content-Type": "application/json"}).status_code < 500
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 class HttpClient(RawHttpClient):

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import redis
 
-from mcp_celery._jsonrpc import RawHttpClient
-from tests.support import PersistentRedis, Process, free_port
+from tests.support import PersistentRedis, Process, free_port, http_answers
 
 APP = "tests.chaos.jobs"
 
@@ -72,7 +71,7 @@ class Cluster:
             proc.wait_ready(lambda p=proc: "ready." in p.output(), 90, "a chaos worker to start")
         for proc, url in zip(self.servers, self.urls, strict=True):
             assert proc is not None
-            proc.wait_ready(lambda u=url: _answers(u), 90, "a chaos server to answer")
+            proc.wait_ready(lambda u=url: http_answers(u), 90, "a chaos server to answer")
 
     @property
     def starts(self) -> dict[str, int]:
@@ -145,13 +144,3 @@ class Cluster:
         for proc in self._started:
             proc.stop()  # also kills what is left of a process group whose parent is gone
         self.redis.stop()
-
-
-def _answers(url: str) -> bool:
-    probe = RawHttpClient(url, timeout=1)
-    try:
-        return probe.send_raw(b"{}", {"Content-Type": "application/json"}).status_code < 500
-    except OSError:
-        return False
-    finally:
-        probe.close()
