@@ -85,13 +85,19 @@ def _stuck_line(chaos: Chaos, task: Tracked, runs: int) -> str:
 
 
 def detection_delays(chaos: Chaos) -> dict[str, float]:
-    """Worst time per kind from a kill (or the end of the shutdown grace) to a task of it seen terminal."""
+    """Worst time per kind from a kill (or the end of the shutdown grace) to a task of it seen failed.
+
+    At-most-once tasks only: an at-least-once task hit by a kill runs again, and if it fails in
+    the end (lost too often, or its message with its worker), that is runs later, not detection.
+    """
     grace = float(SETTINGS["MCP_CELERY_SHUTDOWN_GRACE_S"])
     worst: dict[str, float] = {}
     for kill in chaos.kills:
         start = kill.at + (grace if kill.kind == "worker_restart" else 0)
         for task_id in kill.tasks:
             task = chaos.tasks[task_id]
+            if task.kind == "retry":
+                continue
             if task.final is not None and task.final["status"] == "failed" and task.final_at is not None:
                 worst[kill.kind] = max(worst.get(kill.kind, 0.0), task.final_at - start)
     return worst
