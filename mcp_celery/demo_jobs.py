@@ -53,7 +53,7 @@ def register(app: Celery) -> None:
         published = answer.action == "accept" and bool((answer.content or {}).get("confirm"))
         return {"epochs": epochs, "accuracy": accuracy, "published": published}
 
-    @app.task(bind=True, name="mcp_celery.demo_jobs.count_words")
+    @app.task(bind=True, name="mcp_celery.demo_jobs.count_words", shared=False)  # registered per app
     def count_words(self, text: str) -> int:  # type: ignore[no-untyped-def]
         """An ordinary Celery task that reports progress the usual Celery way."""
         words = text.split()

@@ -194,3 +194,16 @@ def test_retry_on_worker_loss_acks_late_and_needs_a_time_limit_below_the_visibil
     def on_rabbit() -> None: ...
 
     assert registry(rabbit)["on_rabbit"].redelivered_on_loss
+
+
+def test_a_tool_belongs_to_its_own_app_only() -> None:
+    """Celery shares tasks with every app finalized later; two apps defining one tool would then clash."""
+    mine = Celery("mine", broker="memory://", set_as_current=False)
+
+    @mcp_celery.tool(mine, name="only_mine")
+    def only_mine() -> str:
+        return "mine"
+
+    other = Celery("other", broker="memory://", set_as_current=False)
+    other.finalize()
+    assert only_mine.name in mine.tasks and only_mine.name not in other.tasks

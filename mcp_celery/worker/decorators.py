@@ -145,6 +145,9 @@ def _job_task(
     if hard_limit and "soft_time_limit" not in task_options:
         # Told to stop before it is killed: the job may catch SoftTimeLimitExceeded and clean up.
         task_options["soft_time_limit"] = soft_time_limit(float(hard_limit))
+    # Not shared: Celery would otherwise add the tool to every app finalized later (a name clash
+    # when two apps define the same tool, as the demo jobs do on `jobs` and on their own app).
+    task_options.setdefault("shared", False)
     make_task = app.task(name=task_options.pop("celery_name", None), typing=False, **task_options)
     return make_task(body), model, context_param, output  # type: ignore[no-untyped-call]
 
