@@ -42,6 +42,9 @@ SERVER_ENV = {
     "MCP_CELERY_SYNC_TIMEOUT_S": "5",
     # Workers beat every 2 s; a job silent for 6 s is lost (tests kill workers on purpose).
     "MCP_CELERY_WORKER_LOST_TIMEOUT_S": "6",
+    # An unstarted task's message is looked for 3 s after creation, then every 3 s. Every server of
+    # the session must agree: each one's reaper reschedules the tasks it looks at by its own period.
+    "MCP_CELERY_QUEUE_CHECK_S": "3",
 }
 
 

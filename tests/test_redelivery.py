@@ -1,9 +1,10 @@
 """At-least-once tools (`retry_on_worker_loss=True`) survive lost workers; lost messages end honestly.
 
 Real prefork workers, killed by process group (the whole worker) or from inside a job (one pool
-process), and a server of this module's own that looks for the message of a task not started
-3 s after its creation (MCP_CELERY_QUEUE_CHECK_S). The session's settings give workers a 6 s
-heartbeat deadline, so every server looks for overdue tasks every 2 s.
+process), and a server of this module's own. The session's settings (shared by every server, as
+replicas must share them) look for the message of a task not started 3 s after its creation
+(MCP_CELERY_QUEUE_CHECK_S) and give workers a 6 s heartbeat deadline, so every server looks for
+overdue tasks every 2 s.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ ELICIT = caps(elicitation={})
 
 @pytest.fixture(scope="module")
 def server_url(env: dict[str, str], worker: Process, logs: Path) -> Iterator[str]:
-    url, server = start_http_server({**env, "MCP_CELERY_QUEUE_CHECK_S": str(QUEUE_CHECK_S)}, logs / "redelivery.log")
+    assert env["MCP_CELERY_QUEUE_CHECK_S"] == str(int(QUEUE_CHECK_S))  # the session's, shared by every server
+    url, server = start_http_server(env, logs / "redelivery.log")
     yield url
     server.stop()
 
