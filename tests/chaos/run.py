@@ -71,6 +71,8 @@ class Plan:
     #: At-least-once jobs (retry_on_worker_loss): they may run again, but only after a kill.
     retry_share: float = 0.15
     cancel_share: float = 0.15
+    #: The chaos events drawn from.
+    kinds: tuple[str, ...] = KINDS
 
 
 class Chaos:
@@ -93,7 +95,7 @@ class Chaos:
         #: Seconds spent starting the cluster, in chaos and settling afterwards.
         self.phases: dict[str, float] = {}
         self.creating = True
-        self._queue = list(KINDS)  # every kind once first (in a seeded order), then at random
+        self._queue = list(plan.kinds)  # every kind once first (in a seeded order), then at random
         self.rng.shuffle(self._queue)
         self._next_event = self.started + self.rng.uniform(*plan.event_gap_s)
         self._runs_db = cluster.runs_db()
@@ -228,7 +230,7 @@ class Chaos:
                 self.pending.remove(item)
 
     def _event(self) -> None:
-        kind = self._queue.pop(0) if self._queue else self.rng.choice(KINDS)
+        kind = self._queue.pop(0) if self._queue else self.rng.choice(self.plan.kinds)
         if getattr(self, f"_{kind}")():
             self.counts[kind] += 1
         else:
