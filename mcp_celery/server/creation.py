@@ -33,8 +33,14 @@ logger = logging.getLogger(__name__)
 
 
 def new_task_id() -> str:
-    """192 random bits, URL-safe (the spec asks for at least 122): a task id can be neither guessed nor enumerated."""
-    return secrets.token_urlsafe(24)
+    """192 random bits, URL-safe (the spec asks for at least 122): a task id can be neither guessed nor enumerated.
+
+    Never starting with '-': `mcp-celery tasks wait -abc...` would read the id as an option.
+    """
+    while True:
+        task_id = secrets.token_urlsafe(24)
+        if not task_id.startswith("-"):
+            return task_id
 
 
 async def call_tool(service: TaskService, ctx: RequestContext, params: types.CallToolRequestParams) -> Any:
