@@ -7,7 +7,7 @@ import signal
 import time
 
 import redis
-from celery import Celery
+from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel
 
@@ -268,6 +268,26 @@ def steady(seconds: float, flag_file: str, ctx: mcp_celery.JobContext) -> str:
     with open(flag_file, "w") as flag:
         flag.write("returning")
     return f"steady after {step} steps"
+
+
+@mcp_celery.tool(app)
+def held_start(hold_file: str) -> str:
+    """Returns at once; its pool process first waits (see `_hold_before_started`) until `hold_file` exists."""
+    return "started after the hold"
+
+
+@signals.task_prerun.connect(weak=False)
+def _hold_before_started(task: object = None, kwargs: dict[str, object] | None = None, **_: object) -> None:
+    """Holds `held_start` in the instant before Celery stores its STARTED state, so that a test can
+    stop Redis right then: creates `<hold_file>.reached`, then waits for `hold_file`."""
+    hold = (kwargs or {}).get("hold_file")
+    if not str(getattr(task, "name", "")).endswith(".held_start") or not isinstance(hold, str):
+        return
+    with open(f"{hold}.reached", "w") as reached:
+        reached.write("held")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 # ---------------------------------------------------------------- at-least-once (retry_on_worker_loss)

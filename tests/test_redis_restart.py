@@ -27,9 +27,14 @@ def redis_aof(tmp_path: Path) -> Iterator[PersistentRedis]:
 
 
 @pytest.fixture
-def stack(env: dict[str, str], redis_aof: PersistentRedis, tmp_path: Path) -> Iterator[HttpClient]:
+def worker_log(tmp_path: Path) -> Path:
+    return tmp_path / "worker.log"
+
+
+@pytest.fixture
+def stack(env: dict[str, str], redis_aof: PersistentRedis, worker_log: Path, tmp_path: Path) -> Iterator[HttpClient]:
     own = {**env, "TEST_BROKER_URL": f"{redis_aof.url}/0", "TEST_RESULT_BACKEND": f"{redis_aof.url}/1"}
-    worker = start_worker(own, tmp_path / "worker.log", name=f"restart-{redis_aof.port}")
+    worker = start_worker(own, worker_log, name=f"restart-{redis_aof.port}")
     url, server = start_http_server(own, tmp_path / "server.log")
     client = HttpClient(url)
     yield client
@@ -84,3 +89,31 @@ def test_a_job_that_runs_and_ends_while_redis_is_down_completes_once_redis_is_ba
     done = stack.wait(task_id, timeout=60)
     assert done["status"] == "completed", done
     assert done["result"]["content"][0]["text"].startswith(("rested", "steady after")), done
+
+
+def test_a_job_starting_while_redis_is_down_waits_for_it_instead_of_failing(
+    stack: HttpClient, redis_aof: PersistentRedis, tmp_path: Path, worker_log: Path
+) -> None:
+    """Celery stores STARTED before the job runs; Redis gone in that instant must not fail the task.
+
+    Seen in the chaos test: the store raised ConnectionError, the task ended with it as its
+    error, and the message Celery could not ack ran again and succeeded unseen. Celery's backend
+    now retries its writes through an outage (`result_backend_always_retry`).
+    """
+    hold = tmp_path / "hold"
+    task_id = stack.start("held_start", {"hold_file": str(hold)})
+    wait_for(Path(f"{hold}.reached").exists, 30, 0.02, "the job to be held just before it starts")
+    redis_aof.stop()
+    hold.write_text("go")
+    attempts = ("Retrying", "Exception raised outside body", "raised unexpected")  # the fixed and the old way
+    wait_for(
+        lambda: any(attempt in worker_log.read_text() for attempt in attempts),
+        30,
+        0.05,
+        "Celery to try storing STARTED while Redis is down",
+    )
+    redis_aof.start()
+    wait_for(lambda: "result" in stack.call("tasks/get", {"taskId": task_id}), 60, 0.2, "the server to reconnect")
+    done = stack.wait(task_id, timeout=60)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "started after the hold", done

@@ -55,7 +55,8 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
     job then runs again. That is broker configuration (rabbitmq.conf `consumer_timeout`, in ms),
     which no Celery setting can change; the worker logs a warning naming such tools at start.
 
-    A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to finish (worker/shutdown.py).
+    Celery's own result-backend writes retry through an outage of the backend (a Redis restart)
+    rather than fail the job. A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to finish (worker/shutdown.py).
     """
     from mcp_celery.worker.shutdown import install_shutdown_grace  # it needs worker_binding, below
 
@@ -84,6 +85,11 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
         # so the running copy is stopped instead of running on beside a redelivered one.
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
+        # Celery's own writes to its result backend (STARTED just before a job runs, the result
+        # after) wait out a Redis restart instead of failing the task with a ConnectionError:
+        # up to 20 tries, backing off to 10 s apart (about the 2 minutes our outcome write waits).
+        result_backend_always_retry=True,
+        result_backend_max_retries=20,
         # JSON only, both ways: a pickle message published to the broker is refused, never
         # unpickled (unpickling runs code), and results are never read back as pickle.
         accept_content=["json"],
