@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import threading
+import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +156,36 @@ class PersistentRedis:
         if self.proc is not None:
             self.proc.stop()  # SIGTERM: Redis flushes its append-only file and exits
             self.proc = None
+
+
+def redis_commands_during(url: str, touching: list[str], action: Callable[[], object]) -> list[str]:
+    """The names of the Redis commands (MONITOR) that mention any of `touching` while `action` runs."""
+    seen: list[str] = []
+    start, end = f"start-{uuid.uuid4()}", f"end-{uuid.uuid4()}"
+    store = redis.Redis.from_url(url)
+    watching = threading.Event()
+
+    def watch() -> None:
+        with store.monitor() as monitor:
+            for command in monitor.listen():
+                text = str(command["command"])
+                if start in text:
+                    watching.set()
+                elif end in text:
+                    return
+                elif watching.is_set() and any(needle in text for needle in touching):
+                    seen.append(text.split()[0].upper())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    probe = redis.Redis.from_url(url)
+    # MONITOR starts listing commands some time after it is issued: wait until it shows ours.
+    wait_for(lambda: probe.echo(start) and watching.wait(0.05), 10, 0, "MONITOR to start")
+    probe.close()
+    try:
+        action()
+    finally:
+        store.echo(end)
+        watcher.join(10)
+        store.close()
+    return seen

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import uuid
 
@@ -18,7 +17,7 @@ from mcp_celery.protocol import TASKS_EXTENSION
 from mcp_celery.settings import Settings
 from mcp_celery.worker.config import WorkerBinding
 from tests import sample_jobs
-from tests.support import HttpClient, wait_for
+from tests.support import HttpClient, redis_commands_during, wait_for
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 MISSING_CAPABILITY = {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
@@ -238,34 +237,7 @@ def test_tasks_get_costs_one_redis_command(client: HttpClient) -> None:
     """MONITOR sees every command that touches the task: per tasks/get, one HGETALL."""
     task_id = client.wait(client.start("echo", {"text": "x"}))["taskId"]
     client.get(task_id)  # any first-terminal work is done by now
-    seen: list[dict[str, object]] = []
-    start, end = f"start-{uuid.uuid4()}", f"end-{uuid.uuid4()}"
-    store = redis.Redis.from_url(sample_jobs.BACKEND)
-    watching = threading.Event()
-
-    def watch() -> None:
-        with store.monitor() as monitor:
-            for command in monitor.listen():
-                text = str(command["command"])
-                if start in text:
-                    watching.set()
-                elif end in text:
-                    return
-                elif watching.is_set() and task_id in text:
-                    seen.append(command)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    probe = redis.Redis.from_url(sample_jobs.BACKEND)
-    # MONITOR starts listing commands some time after it is issued: wait until it shows ours.
-    wait_for(lambda: probe.echo(start) and watching.wait(0.05), 10, 0, "MONITOR to start")
-    probe.close()
-    for _ in range(10):
-        client.get(task_id)
-    store.echo(end)
-    watcher.join(10)
-    store.close()
-    names = [str(c["command"]).split()[0].upper() for c in seen]
+    names = redis_commands_during(sample_jobs.BACKEND, [task_id], lambda: [client.get(task_id) for _ in range(10)])
     assert names == ["HGETALL"] * 10, names
 
 

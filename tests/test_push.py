@@ -20,7 +20,17 @@ import redis
 
 from mcp_celery._jsonrpc import SseStream
 from mcp_celery.protocol import TERMINAL_STATUSES
-from tests.support import HttpClient, Process, StdioClient, caps, start_http_server, start_worker, wait_for
+from tests import sample_jobs
+from tests.support import (
+    HttpClient,
+    Process,
+    StdioClient,
+    caps,
+    redis_commands_during,
+    start_http_server,
+    start_worker,
+    wait_for,
+)
 
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 #: Redis connections replica B may open (MCP_CELERY_REDIS_MAX_CONNECTIONS).
@@ -88,6 +98,25 @@ def check_notifications(seen: list[dict[str, Any]], subscription_id: int) -> Non
 def without_clock(task: dict[str, Any]) -> dict[str, Any]:
     """A task without the fields that move with the clock (ttlMs grows while a task lives) or the envelope."""
     return {k: v for k, v in task.items() if k not in {"ttlMs", "_meta", "resultType"}}
+
+
+def test_a_listen_reads_each_task_once_for_both_its_ownership_and_its_first_state(
+    client: HttpClient, b: HttpClient
+) -> None:
+    """MONITOR on a listen over three finished tasks: one HGETALL each (sent in one pipeline)."""
+    task_ids = [client.wait(client.start("echo", {"text": str(i)}))["taskId"] for i in range(3)]
+    for task_id in task_ids:
+        client.get(task_id)  # any first-terminal work is done by now
+
+    def listen_to_the_end() -> None:
+        stream, ack = listen(b, task_ids)
+        assert sorted(ack["params"]["notifications"]["taskIds"]) == sorted(task_ids)
+        seen, _ = notifications_until_end(stream)
+        stream.close()
+        assert sorted(t["taskId"] for t in seen) == sorted(task_ids)
+
+    names = redis_commands_during(sample_jobs.BACKEND, task_ids, listen_to_the_end)
+    assert names.count("HGETALL") == 3, names
 
 
 def test_a_listener_on_another_replica_gets_every_change_from_current_state_to_terminal(

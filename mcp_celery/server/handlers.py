@@ -23,7 +23,15 @@ from mcp_celery.server.service import TaskService
 from mcp_celery.status import TaskView
 from mcp_celery.store.schema import TaskRecord
 
-__all__ = ["TaskIdParams", "UpdateTaskParams", "tasks_cancel", "tasks_get", "tasks_update", "visible_task"]
+__all__ = [
+    "TaskIdParams",
+    "UpdateTaskParams",
+    "tasks_cancel",
+    "tasks_get",
+    "tasks_update",
+    "visible_task",
+    "visible_tasks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -88,3 +96,13 @@ async def visible_task(service: TaskService, ctx: RequestContext, task_id: str) 
         return None
     found = await service.read_view(task_id)
     return found if found is not None and found[0].owner == envelope.principal(ctx) else None
+
+
+async def visible_tasks(
+    service: TaskService, ctx: RequestContext, task_ids: list[str]
+) -> dict[str, tuple[TaskRecord, TaskView]]:
+    """`visible_task` of several ids in one round trip: only those that exist and belong to the caller."""
+    acceptable = [task_id for task_id in task_ids if limits.task_id_acceptable(service.settings, task_id)]
+    caller = envelope.principal(ctx)
+    views = await service.read_views(acceptable)
+    return {task_id: found for task_id, found in views.items() if found[0].owner == caller}

@@ -23,10 +23,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from mcp_celery.protocol import INVALID_PARAMS, TASKS_NOTIFICATION, now_ms
-from mcp_celery.server import envelope
+from mcp_celery.server import envelope, limits
 from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.handlers import visible_task
+from mcp_celery.server.handlers import visible_tasks
 from mcp_celery.server.service import TaskService
+from mcp_celery.status import TaskView
+from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["TaskStatusNotification", "listen"]
 
@@ -52,9 +54,13 @@ async def listen(
     task_ids = _requested_task_ids(ctx, requested)
     core = _honored_core(requested)
     meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
-    owned = [task_id for task_id in task_ids if await visible_task(service, ctx, task_id) is not None]
-    async with service.events.watch(owned) as watcher:
-        # Watching before the first read: a change between the read and the wait is not lost.
+    acceptable = [task_id for task_id in task_ids if limits.task_id_acceptable(service.settings, task_id)]
+    async with service.events.watch(acceptable) as watcher:
+        # Watching before the one read of every task (which both checks it is the caller's and
+        # gives its first state): a change between the read and the wait is not lost. Channels of
+        # ids that turn out unknown or foreign carry only "look again", which nobody acts on.
+        first = await visible_tasks(service, ctx, acceptable)
+        owned = [task_id for task_id in acceptable if task_id in first]
         acknowledged = types.SubscriptionFilter.model_validate({**core, **({"taskIds": owned} if task_ids else {})})
         await ctx.session.send_notification(
             types.SubscriptionsAcknowledgedNotification(
@@ -62,7 +68,7 @@ async def listen(
             ),
             related_request_id=subscription_id,
         )
-        await _stream(service, ctx, watcher.task_ids, meta, watcher.changed, keep_open=bool(core))
+        await _stream(service, ctx, first, meta, watcher.changed, keep_open=bool(core))
     return types.SubscriptionsListenResult(_meta=meta)
 
 
@@ -88,20 +94,21 @@ def _honored_core(requested: types.SubscriptionFilter) -> dict[str, Any]:
 async def _stream(
     service: TaskService,
     ctx: RequestContext,
-    task_ids: frozenset[str],
+    first: dict[str, tuple[TaskRecord, TaskView]],
     meta: dict[str, Any],
     changed: Any,
     *,
     keep_open: bool,
 ) -> None:
-    """Send each task's state now and at every change, until every one is terminal."""
+    """Send each task's state now (`first`: as just read) and at every change, until every one is terminal."""
     sent: dict[str, tuple[Any, ...]] = {}
-    pending = set(task_ids)
-    dirty = set(task_ids)
+    pending = set(first)
+    dirty = set(first)
+    views = first
     while pending or keep_open:
         wake_ms: int | None = None
         for task_id in sorted(dirty & pending):
-            found = await service.read_view(task_id)
+            found = views.get(task_id)
             if found is None:  # expired while watched: nothing more will ever be sent for it
                 pending.discard(task_id)
                 continue
@@ -126,4 +133,5 @@ async def _stream(
         dirty = await changed(timeout)
         if wake_ms is not None and now_ms() >= wake_ms:
             dirty |= pending
+        views = await service.read_views(sorted(dirty & pending))  # one round trip for all that changed
         await anyio.lowlevel.checkpoint()

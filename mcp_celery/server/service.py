@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -149,7 +149,18 @@ class TaskService:
 
     async def read_view(self, task_id: str) -> tuple[TaskRecord, TaskView] | None:
         """The task's record and MCP view, or None when it is unknown or expired."""
-        record = await self.store.read(task_id)
+        return await self._view_of(task_id, await self.store.read(task_id))
+
+    async def read_views(self, task_ids: Sequence[str]) -> dict[str, tuple[TaskRecord, TaskView]]:
+        """`read_view` of several tasks in one round trip; unknown and expired ones are left out."""
+        views = {}
+        for task_id, record in zip(task_ids, await self.store.read_many(task_ids), strict=True):
+            found = await self._view_of(task_id, record)
+            if found is not None:
+                views[task_id] = found
+        return views
+
+    async def _view_of(self, task_id: str, record: TaskRecord | None) -> tuple[TaskRecord, TaskView] | None:
         if record is None:
             return None
         now = now_ms()

@@ -88,6 +88,16 @@ class AsyncStore:
         raw = await self.redis.hgetall(self.keys.task(task_id))  # type: ignore[misc]
         return TaskRecord.from_hash(task_id, decode_hash(raw))
 
+    async def read_many(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
+        """Several records in one round trip (a listen stream's look at its tasks)."""
+        if not task_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.hgetall(self.keys.task(task_id))
+            raws = await pipe.execute()
+        return [TaskRecord.from_hash(task_id, decode_hash(raw)) for task_id, raw in zip(task_ids, raws, strict=True)]
+
     async def freeze(self, task_id: str, frozen: str) -> dict[str, Any] | None:
         """Freeze `frozen` as the terminal state unless one already is; returns the frozen one."""
         stored = await self._freeze(keys=[self.keys.task(task_id), self.keys.events(task_id)], args=[frozen])
