@@ -17,9 +17,11 @@ from tests.support import PersistentRedis, Process, free_port, http_answers
 
 APP = "tests.chaos.jobs"
 
-#: Short periods keep the run quick: a job silent for 3 s is lost; a cancel has 1 s; SIGTERM gives 2 s.
+#: Short periods keep the run quick: a job silent for 3 s is lost; an unstarted task's message is
+#: looked for every 3 s; a cancel has 1 s; SIGTERM gives 2 s.
 SETTINGS = {
     "MCP_CELERY_WORKER_LOST_TIMEOUT_S": "3",
+    "MCP_CELERY_QUEUE_CHECK_S": "3",
     "MCP_CELERY_CANCEL_GRACE_S": "1",
     "MCP_CELERY_SHUTDOWN_GRACE_S": "2",
     "MCP_CELERY_SYNC_TIMEOUT_S": "5",
