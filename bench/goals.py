@@ -146,3 +146,78 @@ GOALS: tuple[Callable[[Results], Goal], ...] = (
 def judge(results: Results) -> list[Goal]:
     """Every goal, in the report's order."""
     return [goal(results) for goal in GOALS]
+
+
+@dataclass(frozen=True)
+class BoundedGoal:
+    """An issue 14 goal, with the same ratio for the floor plus one Redis round trip per request:
+    what a server keeping its tasks in Redis pays before any work of its own."""
+
+    goal: Goal
+    bound: str
+
+
+def _ratio_goal(
+    description: str, ours: float | None, ref: float | None, ok: Callable[[float], bool], unit: str
+) -> Goal:
+    if ours is None or ref is None or not ref:
+        return _not_measured(description)
+    x = ours / ref
+    shown = f"{x:.0%}" if unit == "/s" else f"{x:.2f}×"
+    return Goal(description, ok(x), f"{ours:.2f}{unit} vs {ref:.2f}{unit} = {shown}", ours, ref, x)
+
+
+def _bound(measured: float | None, ref: float | None, percent: bool = False) -> str:
+    if measured is None or ref is None or not ref:
+        return "n/a"
+    return f"{measured / ref:.0%}" if percent else f"{measured / ref:.2f}×"
+
+
+def issue14_goals(r: Results) -> list[BoundedGoal]:
+    """Task creation, tasks/get and the synchronous path against the SDK floor and raw Celery."""
+    fl, fr, ou, raw = r.floor, r.floor_redis, r.ours, r.raw
+    sync_bound = None
+    if _p50(fl.call_c1) is not None and raw.roundtrip_p50_ms is not None:
+        sync_bound = (_p50(fl.call_c1) or 0) + raw.roundtrip_p50_ms  # one floor request plus Celery's own round trip
+    return [
+        BoundedGoal(
+            _ratio_goal(
+                "tools/call→handle c=1 p50 ≤ 1.5× floor", _p50(ou.call_c1), _p50(fl.call_c1), lambda x: x <= 1.5, " ms"
+            ),
+            _bound(_p50(fr.call_c1), _p50(fl.call_c1)),
+        ),
+        BoundedGoal(
+            _ratio_goal(
+                "tools/call→handle c=16 calls/s ≥ 60% of floor",
+                _rate(ou.call_c16),
+                _rate(fl.call_c16),
+                lambda x: x >= 0.6,
+                "/s",
+            ),
+            _bound(_rate(fr.call_c16), _rate(fl.call_c16), percent=True),
+        ),
+        BoundedGoal(
+            _ratio_goal("tasks/get c=1 p50 ≤ 1.2× floor", _p50(ou.get_c1), _p50(fl.get_c1), lambda x: x <= 1.2, " ms"),
+            _bound(_p50(fr.get_c1), _p50(fl.get_c1)),
+        ),
+        BoundedGoal(
+            _ratio_goal(
+                "e2e trivial jobs ≥ 80% of raw Celery (here polling; push: bench/results-push.md)",
+                _rate(ou.e2e_c16),
+                raw.e2e_tasks_per_s,
+                lambda x: x >= 0.8,
+                "/s",
+            ),
+            "n/a",
+        ),
+        BoundedGoal(
+            _ratio_goal(
+                "synchronous tools/call c=1 p50 ≤ 1.2× raw delay().get()",
+                _p50(ou.sync_c1),
+                raw.roundtrip_p50_ms,
+                lambda x: x <= 1.2,
+                " ms",
+            ),
+            f"{_bound(sync_bound, raw.roundtrip_p50_ms)} (a floor request plus delay().get())",
+        ),
+    ]

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from bench.config import POLL_INTERVAL_S, RunConfig
-from bench.goals import Goal
+from bench.goals import Goal, issue14_goals
 from bench.results import PACKAGES, Results, ScalingFigures, TaskServerFigures
 from bench.table import fmt, ratios_table, results_table
 
@@ -158,6 +158,16 @@ def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
         "| goal | status | figure |",
         "|---|---|---|",
         *[f"| {g.description} | {g.status} | {g.figure} |" for g in goals],
+        "",
+        "### Issue 14: task creation and the synchronous path",
+        "",
+        "The last column is the same ratio for the floor plus one Redis round trip per request",
+        "(`bench/floor_server.py` with Redis: a task-sized pipelined write, a task-sized HGETALL):",
+        "what any server that keeps its tasks in Redis pays before doing any work of its own.",
+        "",
+        "| goal | status | figure | floor + one Redis round trip |",
+        "|---|---|---|---|",
+        *[f"| {b.goal.description} | {b.goal.status} | {b.goal.figure} | {b.bound} |" for b in issue14_goals(r)],
         *analysis_section(),
         "",
         *breakdown_section(r),

@@ -199,6 +199,8 @@ class Results:
     machine: Machine | None = None
     ceiling: CeilingFigures = field(default_factory=CeilingFigures)
     floor: FloorFigures = field(default_factory=FloorFigures)
+    #: The floor plus one Redis round trip per request: the least any Redis-backed server pays.
+    floor_redis: FloorFigures = field(default_factory=FloorFigures)
     raw: RawFigures = field(default_factory=RawFigures)
     ours: TaskServerFigures = field(default_factory=TaskServerFigures)
     fastmcp: TaskServerFigures = field(default_factory=TaskServerFigures)

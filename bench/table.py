@@ -56,6 +56,13 @@ def baseline_rows(r: Results) -> list[Row]:
         rows.append((name, p50_p95(floor_w), p50_p95(ours_w), raw_p50, p50_p95(fm_w)))
         raw_rate = publish if n == 16 else ""
         rows.append((f"tools/call→handle c={n} calls/s", rate(floor_w), rate(ours_w), raw_rate, rate(fm_w)))
+    fr = r.floor_redis
+    rows += [
+        ("floor + 1 Redis round trip: tools/call c=1 p50 / p95 ms", p50_p95(fr.call_c1), "", "", ""),
+        ("floor + 1 Redis round trip: tools/call c=16 calls/s", rate(fr.call_c16), "", "", ""),
+        ("floor + 1 Redis round trip: tasks/get c=1 p50 / p95 ms", p50_p95(fr.get_c1), "", "", ""),
+        ("floor + 1 Redis round trip: tasks/get c=16 req/s", rate(fr.get_c16), "", "", ""),
+    ]
     state = f"AsyncResult.state {fmt(raw.state_reads_per_s, '{:.0f}')}/s (1 thread)"
     gets = ((1, fl.get_c1, ou.get_c1, fm.get_c1), (16, fl.get_c16, ou.get_c16, fm.get_c16))
     for n, floor_w, ours_w, fm_w in gets:
