@@ -12,6 +12,7 @@ table holds whatever Celery's own result backend is.
 | FAILURE: mcp_celery.ProtocolError             | failed, with that JSON-RPC error             |
 | FAILURE: worker lost, time limit, terminated  | failed, -32603, statusMessage says why       |
 | running, heartbeat ran out (worker killed)    | failed, -32603 (working again if redelivered)|
+| message taken, `taken` ran out before start   | failed, -32603                               |
 | FAILURE: any other exception                  | completed, isError: true                     |
 | REVOKED                                       | cancelled                                    |
 
@@ -39,7 +40,15 @@ from mcp_celery.protocol import (
 from mcp_celery.redact import redact
 from mcp_celery.store.schema import TaskRecord
 
-__all__ = ["CELERY_TO_MCP_STATUS", "READY_STATES", "TaskView", "expired", "reported_ttl_ms", "task_view"]
+__all__ = [
+    "CELERY_TO_MCP_STATUS",
+    "LOST_AFTER_TAKEN",
+    "READY_STATES",
+    "TaskView",
+    "expired",
+    "reported_ttl_ms",
+    "task_view",
+]
 
 CELERY_TO_MCP_STATUS: dict[str, TaskStatus] = {
     "SUCCESS": "completed",
@@ -48,6 +57,8 @@ CELERY_TO_MCP_STATUS: dict[str, TaskStatus] = {
 }
 #: Celery states after which a job never runs again.
 READY_STATES = frozenset(CELERY_TO_MCP_STATUS)
+#: A worker took the job's message (acked it early) and was lost before the job started.
+LOST_AFTER_TAKEN = "the worker that took the job's message was lost before the job started"
 
 _WORKING_MESSAGES = {
     "PENDING": "queued",
@@ -166,6 +177,9 @@ def task_view(
         if not redelivered_on_loss:
             return _worker_lost(record.alive_until_ms, record.lost_reason)
         return TaskView("working", record.alive_until_ms, "the worker was lost; waiting to run the job again")
+    if record.alive_until_ms is None and record.taken_until_ms is not None and now_ms > record.taken_until_ms:
+        # Only at-most-once jobs are marked taken: the message was acked, so nothing runs it now.
+        return _lost_after_taken(record.taken_until_ms)
     updated = record.updated_ms or record.created_ms
     if record.inputs and record.cancel_ms is None:
         return TaskView("input_required", updated, "waiting for input", input_requests=record.inputs)
@@ -176,6 +190,11 @@ def task_view(
 def _worker_lost(at_ms: int, reason: str | None = None) -> TaskView:
     # A worker that shut down said why before its job stopped; otherwise it died without a word.
     message = reason or f"the worker running the job was lost: no heartbeat since {iso_ms(at_ms)}"
+    return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message})
+
+
+def _lost_after_taken(at_ms: int) -> TaskView:
+    message = f"{LOST_AFTER_TAKEN}: no sign of it since {iso_ms(at_ms)}"
     return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message})
 
 

@@ -276,12 +276,21 @@ def held_start(hold_file: str) -> str:
     return "started after the hold"
 
 
+@mcp_celery.tool(app, queue="doomed")
+def doomed_held_start(hold_file: str) -> str:
+    """`held_start` on the `doomed` queue, whose worker a test kills while it holds; notes each run."""
+    with open(f"{hold_file}.ran", "a") as ran:
+        ran.write("ran\n")
+    return "started after the hold"
+
+
 @signals.task_prerun.connect(weak=False)
 def _hold_before_started(task: object = None, kwargs: dict[str, object] | None = None, **_: object) -> None:
-    """Holds `held_start` in the instant before Celery stores its STARTED state, so that a test can
-    stop Redis right then: creates `<hold_file>.reached`, then waits for `hold_file`."""
+    """Holds `held_start` (and `doomed_held_start`) in the instant before Celery stores its STARTED
+    state, after the worker's early ack, so that a test can stop Redis or kill the worker right
+    then: creates `<hold_file>.reached`, then waits for `hold_file`."""
     hold = (kwargs or {}).get("hold_file")
-    if not str(getattr(task, "name", "")).endswith(".held_start") or not isinstance(hold, str):
+    if not str(getattr(task, "name", "")).endswith("held_start") or not isinstance(hold, str):
         return
     with open(f"{hold}.reached", "w") as reached:
         reached.write("held")

@@ -143,3 +143,16 @@ def test_detailed_task_has_the_per_status_field_and_rfc3339_timestamps() -> None
     assert "error" in failed and "result" not in failed
     working = view({"status": "STARTED"}).detailed_task(rec, T0 + 1000)
     assert not {"result", "error", "inputRequests", "requestState"} & set(working)
+
+
+def test_a_taken_message_reads_queued_until_its_mark_runs_out_then_failed() -> None:
+    taken = record(taken_until_ms=T0 + 6000)
+    before = view(None, taken, now=T0 + 5000)
+    assert before.status == "working" and before.status_message == "queued"
+    lost = view(None, taken, now=T0 + 7000)
+    assert lost.status == "failed" and lost.error is not None and lost.error["code"] == -32603
+    assert lost.status_message is not None
+    assert lost.status_message.startswith("the worker that took the job's message was lost before the job started")
+    # Once the job started, its own heartbeat decides; the mark is gone then anyway.
+    started = record(taken_until_ms=T0 + 6000, alive_until_ms=T0 + 12000)
+    assert view({"status": "STARTED"}, started, now=T0 + 7000).status == "working"

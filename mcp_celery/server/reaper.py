@@ -12,18 +12,25 @@ overdue ones; none of them is special, and what they decide is a check-and-set i
   its message is looked for: still in kombu's unacked hash from the lost run (the whole worker
   died, and kombu would hand it out again only after the visibility timeout, hours), it is
   moved back to its queue now.
-* A job that has not started: its message is looked for in its queue and the unacked hash.
+* A job whose message a worker took (acked early, at-most-once) but which has not started: the
+  worker's main process marks the task `taken` just before the ack and beats the mark until the
+  job starts (`mcp_celery.worker.taken`), so it is overdue only if that worker was lost; reading
+  the task freezes it `failed` ("the worker that took the job's message was lost before the job
+  started"), with any broker. A job refused at its start once the task is frozen never runs.
+* A job that has not started otherwise: its message is looked for in its queue and the unacked hash.
   Found, it is looked at again `queue_check_s` later (a task queued behind busy workers is
   never failed); found in the unacked hash, delivered longer than the heartbeat timeout ago
   (a dead worker held it unstarted), it is moved back to its queue, at-most-once or not, since
   only one delivery can ever start a job (JOB_START refuses a second). Found nowhere twice, a
-  period apart (a message in flight between BRPOP and kombu's unacked copy, or between Celery's
-  early ack and JOB_START, is seen again or has started by then), the task ends `failed`: no
-  worker has its message, none ever will.
+  period apart (a message in flight between BRPOP and kombu's unacked copy is seen again by
+  then, one acked early is marked `taken`), the task ends `failed`: no worker has its message,
+  none ever will.
 
-With RabbitMQ there is nothing to look into; the broker redelivers a closed channel's unacked
-messages by itself. What remains there: an at-most-once job acked early (when the pool takes
-it) whose worker dies before JOB_START, a window of milliseconds, stays `working`.
+With RabbitMQ there is no queue to look into, and no need: the broker redelivers a closed
+channel's unacked messages by itself, and an early-acked one is marked `taken` as above. Left
+unwatched there: a message lost by the broker itself, and the instant between the `taken` mark
+and the ack in the worker's main process (a worker dying then has its message redelivered; if no
+worker takes it within the heartbeat timeout, the task ends `failed` and the job is refused).
 """
 
 from __future__ import annotations
@@ -85,10 +92,12 @@ class Reaper:
         marks = await store.job_marks(overdue)
         done = [task_id for task_id in overdue if task_id not in marks]
         sought: dict[str, _Sought] = {}
-        for task_id, (tool, alive_ms) in marks.items():
-            if alive_ms is not None and alive_ms > now:
+        for task_id, (tool, alive_ms, taken_ms) in marks.items():
+            # The job's heartbeat, or before the job starts the beat of the worker that took its message.
+            deadline = alive_ms if alive_ms is not None else taken_ms
+            if deadline is not None and deadline > now:
                 continue  # beat since the set was read
-            if alive_ms is not None and await self._settled(task_id):
+            if deadline is not None and await self._settled(task_id):
                 done.append(task_id)
                 continue
             found = self._sought(tool, alive_ms, now)
@@ -155,6 +164,8 @@ class Reaper:
             record = found[0]
             if (record.alive_until_ms is not None) != started or (record.alive_until_ms or 0) > now:
                 return  # a job started (or beat) meanwhile: not lost
+            if record.taken_until_ms is not None:
+                return  # a worker took the message meanwhile: its mark tells (read_view above when run out)
             if record.cancel_ms is not None:
                 # Cancelled: a worker drops a revoked message; the task reads cancelled after the grace.
                 await self.service.store.recheck([task_id], now + self.check_ms)

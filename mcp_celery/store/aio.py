@@ -123,15 +123,16 @@ class AsyncStore:
         found = await self.redis.zrangebyscore(self.keys.live(), "-inf", now_ms, start=0, num=limit)
         return [as_text(task_id) for task_id in found if isinstance(task_id, bytes | str)]
 
-    async def job_marks(self, task_ids: list[str]) -> dict[str, tuple[str, int | None]]:
-        """Each task's tool and heartbeat deadline (None: no job started yet); one round trip, no record: left out."""
+    async def job_marks(self, task_ids: list[str]) -> dict[str, tuple[str, int | None, int | None]]:
+        """Each task's tool, heartbeat deadline (None: no job started yet) and `taken` deadline (None:
+        no worker has taken its message, or the job started); one round trip, no record: left out."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for task_id in task_ids:
-                pipe.hmget(self.keys.task(task_id), [FIELD.TOOL, FIELD.ALIVE_UNTIL])
+                pipe.hmget(self.keys.task(task_id), [FIELD.TOOL, FIELD.ALIVE_UNTIL, FIELD.TAKEN])
             replies = await pipe.execute()
         return {
-            task_id: (as_text(tool), int(alive) if alive else None)
-            for task_id, (tool, alive) in zip(task_ids, replies, strict=True)
+            task_id: (as_text(tool), int(alive) if alive else None, int(taken) if taken else None)
+            for task_id, (tool, alive, taken) in zip(task_ids, replies, strict=True)
             if tool is not None
         }
 

@@ -19,7 +19,9 @@ backend is (Redis, a database, or none).
 The answers hash keeps every delivered answer for replay after a redelivery; the bell
 is a list used as a doorbell (BLPOP) that wakes a job waiting for input or cancel. A running
 job's heartbeat keeps `alive` (ms) in the future and the task in the `live` sorted set, scored
-by the same time, so that any server finds the tasks whose worker stopped beating.
+by the same time, so that any server finds the tasks whose worker stopped beating. Before that,
+from the moment a worker takes an at-most-once job's message (Celery's early ack) until the job
+starts, the worker's main process beats `taken` the same way.
 With `MCP_CELERY_MAX_LIVE_TASKS_PER_PRINCIPAL` set, `owner:<principal>` is a sorted set of
 the task ids that principal created, pruned of finished ones when counted.
 
@@ -71,6 +73,9 @@ class FIELD:
     RUNS = "runs"  # starts of a retry_on_worker_loss job (counted only for those)
     #: Why the job's heartbeat is about to stop (its worker is shutting down); shown if it does.
     LOST = "lost"
+    #: A worker took the job's message (Celery acked it early) and beats this deadline (ms) until
+    #: the job starts (JOB_START removes it): a worker lost in between leaves it to run out.
+    TAKEN = "taken"
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -87,6 +92,7 @@ JOB_FIELDS = (
     FIELD.TTL,
     FIELD.POLL,
     FIELD.ALIVE_UNTIL,  # set: an earlier delivery of the job already started
+    FIELD.FINAL,  # set: the task has ended (its worker was reported lost); the job must not run
 )
 
 
@@ -113,7 +119,8 @@ class Keys:
         """Sorted set of running tasks scored by the time their heartbeat runs out (ms).
 
         With a Redis broker, a task enters it when created, scored by when to look for its message
-        if no job has started by then (`mcp_celery.server.reaper`); JOB_START replaces that score.
+        if no job has started by then (`mcp_celery.server.reaper`). A worker that takes the job's
+        message scores it by its `taken` deadline, and JOB_START by the heartbeat's.
         """
         return f"{self.prefix}:live"
 
@@ -168,6 +175,7 @@ class TaskRecord:
     progress: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
     lost_reason: str | None = None
+    taken_until_ms: int | None = None
     inputs: dict[str, Any] = field(default_factory=lambda: {})
     first_answers: dict[str, Any] = field(default_factory=lambda: {})
 
@@ -210,6 +218,7 @@ class TaskRecord:
             progress=_json_or_none(raw.get(FIELD.PROGRESS)),
             outcome=_json_or_none(raw.get(FIELD.OUTCOME)),
             lost_reason=raw.get(FIELD.LOST) or None,
+            taken_until_ms=_int_or_none(raw.get(FIELD.TAKEN)),
             inputs=inputs,
             first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
         )

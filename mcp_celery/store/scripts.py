@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX
 
-__all__ = ["ANSWER", "BEAT", "FREEZE", "JOB_START", "LOST", "OUTCOME", "POST_INPUTS", "PROGRESS"]
+__all__ = ["ANSWER", "BEAT", "FREEZE", "JOB_START", "LOST", "OUTCOME", "POST_INPUTS", "PROGRESS", "TAKEN"]
 
 # KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list, KEYS[4] the task's event channel.
 # ARGV[1] now (ms), ARGV[2] expiry of answers and bell (s), then key/answer pairs.
@@ -50,16 +50,19 @@ return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
 # Returns those fields' values (as they were); for an MCP task (a record exists) also restarts the
 # record's lifetime, beats once, forgets why an earlier run's heartbeat stopped, and shows the job
 # running unless it already has an outcome, except for a second delivery of an at-most-once job,
-# which must not run and changes nothing. A plain Celery call of the same task has no record and
-# writes nothing.
+# which must not run and changes nothing, and for a task that has ended already (frozen, e.g.
+# reported lost while its message was in a dead worker's hands), which must not run either. Hands
+# the `taken` mark's watch over to the heartbeat. A plain Celery call of the same task has no
+# record and writes nothing.
 JOB_START = f"""
 local values = redis.call('HMGET', KEYS[1], unpack(ARGV, 7))
 if ARGV[6] ~= '1' and redis.call('HEXISTS', KEYS[1], '{FIELD.ALIVE_UNTIL}') == 1 then
   return values
 end
+if redis.call('HEXISTS', KEYS[1], '{FIELD.FINAL}') == 1 then return values end
 if redis.call('EXPIRE', KEYS[1], ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[2])
-  redis.call('HDEL', KEYS[1], '{FIELD.LOST}')
+  redis.call('HDEL', KEYS[1], '{FIELD.LOST}', '{FIELD.TAKEN}')
   redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
   if redis.call('HEXISTS', KEYS[1], '{FIELD.OUTCOME}') == 0 then
     redis.call('HSET', KEYS[1], '{FIELD.PROGRESS}', ARGV[5], '{FIELD.UPDATED}', ARGV[4])
@@ -102,6 +105,21 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS[1] task hash, KEYS[2] live sorted set. ARGV[1] taken-until (ms), ARGV[2] task id, ARGV[3]
+# '1' to mark (a worker is about to ack the job's message early), '' to beat an existing mark.
+# Keeps the task watched from the moment a worker takes its message until the job starts: only
+# for an MCP task whose job has not started nor ended (the pool may start it before the worker's
+# main process marks it), and a beat only while the mark is there (JOB_START removes it).
+# Returns 1 when written; 0 tells the beating thread to stop.
+TAKEN = f"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local seen = redis.call('HMGET', KEYS[1], '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}', '{FIELD.TAKEN}')
+if seen[1] or seen[2] or seen[3] or (ARGV[3] ~= '1' and not seen[4]) then return 0 end
+redis.call('HSET', KEYS[1], '{FIELD.TAKEN}', ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """

@@ -57,6 +57,7 @@ class SyncStore:
         self._progress = client.register_script(scripts.PROGRESS)
         self._outcome = client.register_script(scripts.OUTCOME)
         self._lost = client.register_script(scripts.LOST)
+        self._taken = client.register_script(scripts.TAKEN)
 
     def job_started(
         self, task_id: str, alive_until_ms: int, live_s: int | None = None, *, may_run_again: bool = False
@@ -89,6 +90,23 @@ class SyncStore:
                     keys=[self.keys.task(task_id), self.keys.live()], args=[alive_until_ms, task_id], client=pipe
                 )
             pipe.execute()
+
+    def mark_taken(self, task_id: str, taken_until_ms: int) -> bool:
+        """A worker is about to ack the job's message early: watch the task until its job starts.
+
+        False (nothing written): not an MCP task, or its job has started or ended already.
+        """
+        keys = [self.keys.task(task_id), self.keys.live()]
+        return bool(self._taken(keys=keys, args=[taken_until_ms, task_id, "1"]))
+
+    def beat_taken(self, task_ids: list[str], taken_until_ms: int) -> list[str]:
+        """Push the `taken` deadline of these tasks on (one round trip); returns those no longer to beat for."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                keys = [self.keys.task(task_id), self.keys.live()]
+                self._taken(keys=keys, args=[taken_until_ms, task_id, ""], client=pipe)
+            written = pipe.execute()
+        return [task_id for task_id, ok in zip(task_ids, written, strict=True) if not ok]
 
     def progress(self, task_id: str, meta: Mapping[str, Any]) -> None:
         """Show the job's progress (`{"status": ..., "result": ...}`, as Celery's result meta).

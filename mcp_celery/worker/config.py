@@ -56,7 +56,8 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
     which no Celery setting can change; the worker logs a warning naming such tools at start.
 
     Celery's own result-backend writes retry through an outage of the backend (a Redis restart)
-    rather than fail the job. A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to finish (worker/shutdown.py).
+    rather than fail the job. A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to
+    finish (worker/shutdown.py).
     """
     from mcp_celery.worker.shutdown import install_shutdown_grace  # it needs worker_binding, below
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -23,6 +24,8 @@ from mcp_celery.worker.context import JobContext, current_context
 from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, WRAPPED, run_job
 
 __all__ = ["expose", "tool"]
+
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -238,6 +241,24 @@ def _register(app: Celery, spec: ToolSpec) -> None:
         )
     tools[spec.name] = spec
     _wrap_run(spec.celery_task)
+    _watch_from_the_ack(spec.name, spec.celery_task)
+
+
+#: Celery's request class, and ours (named, not imported: only a worker resolves it).
+_DEFAULT_REQUEST = "celery.worker.request:Request"
+_TAKEN_REQUEST = "mcp_celery.worker.taken:TakenRequest"
+
+
+def _watch_from_the_ack(tool_name: str, celery_task: Task[Any, Any]) -> None:
+    """Mark the task `taken` when a worker acks its message early (`mcp_celery.worker.taken`)."""
+    if celery_task.Request == _DEFAULT_REQUEST:
+        celery_task.Request = _TAKEN_REQUEST
+    elif celery_task.Request != _TAKEN_REQUEST:
+        logger.warning(
+            "tool %r: its task has its own Request class; a worker lost between acking its message and "
+            "starting the job leaves the task working",
+            tool_name,
+        )
 
 
 def _wrap_run(celery_task: Task[Any, Any]) -> None:

@@ -1,7 +1,7 @@
 """Running one job: the code around every MCP tool's Celery task body.
 
 Worker tier. Only for jobs started through MCP (those with a task record), `run_job` refuses
-to start a cancelled task or to run an at-most-once job a second time, makes the JobContext
+to start a cancelled task, one that has ended already, or to run an at-most-once job a second time, makes the JobContext
 current, turns a cancellation into Celery's REVOKED state, stores the job's outcome in the
 record (the MCP side reads nothing else), and shortens the record's life to the TTL once the
 job is over (or, when its process is being stopped mid-job, ends its heartbeat at once). Jobs
@@ -101,6 +101,11 @@ def _start(celery_task: Task[Any, Any], store: SyncStore, heartbeat: Heartbeat) 
     life_s = _record_life_s(celery_task, store.lifetimes)
     task_id = str(celery_task.request.id)
     record = store.job_started(task_id, heartbeat.deadline_ms(), life_s, may_run_again=again)
+    if record is not None and record.final is not None:
+        # The task ended while its message was in flight (reported lost with a dead worker that
+        # had taken it): what clients were told stands, so the job does not run.
+        logger.warning("task %s: not run (the task has ended already: %s)", task_id, record.final.get("message"))
+        raise Ignore("the task ended before its job started")
     if record is not None and record.alive_until_ms is not None and not again:
         # At most once: a second delivery (a message Celery restored at a cold shutdown, a
         # visibility timeout) never runs the job again; the first run's outcome stands.

@@ -1,0 +1,69 @@
+"""Watching a job from the moment its worker takes the message until the job starts.
+
+Worker tier, the worker's main process. An at-most-once job's message is acked early, when a
+pool process takes the job (`Request.on_accepted`), and the job's own heartbeat begins only once
+it starts (JOB_START). A worker that dies in between leaves no message in the broker and no
+heartbeat to run out; with RabbitMQ nothing would ever tell. So, just before Celery acks, the
+main process marks the task `taken` (a deadline, and the task in the `live` set) and beats the
+mark (`TakenBeat`) until the job starts or ends. If the whole worker dies first, the mark runs
+out and servers end the task `failed` (`mcp_celery.status`), with any broker.
+
+Tool tasks name this module's `TakenRequest` as their `Request` (set by the decorators, as a
+dotted name that only a worker resolves).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+from celery.worker.request import Request
+from redis.exceptions import RedisError
+
+from mcp_celery.worker.config import worker_binding
+from mcp_celery.worker.heartbeat import TakenBeat
+
+__all__ = ["TakenRequest"]
+
+logger = logging.getLogger(__name__)
+
+
+class TakenRequest(Request):
+    """Celery's request, marking an early-acked job's task `taken` before the ack."""
+
+    def on_accepted(self, pid: str, time_accepted: float) -> None:
+        if not self.task.acks_late:  # late ack: the broker keeps the message until the job ends
+            _mark_taken(self.task, self.task_id)
+        super().on_accepted(pid, time_accepted)
+
+    def on_success(self, failed__retval__runtime: tuple[Any, Any, Any], **kwargs: Any) -> None:
+        _stop_beating(self.task, self.task_id)
+        super().on_success(failed__retval__runtime, **kwargs)
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> None:
+        _stop_beating(self.task, self.task_id)
+        super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
+
+
+def _taken_beat(task: Task[Any, Any]) -> TakenBeat:
+    worker = worker_binding(task.app)
+    return TakenBeat.of_process(worker.store, worker.settings.worker_lost_timeout_s)
+
+
+def _mark_taken(task: Task[Any, Any], task_id: str) -> None:
+    beat = _taken_beat(task)
+    try:
+        # One round trip in the main process, before the ack: marked after it, a worker dying in
+        # between would leave the task `working` for ever again.
+        if beat.store.mark_taken(task_id, beat.deadline_ms()):
+            beat.add(task_id)
+    except (RedisError, OSError):
+        # The job cannot start without Redis either; the ack goes ahead as Celery would do it.
+        logger.warning("task %s: could not mark its message taken before the ack", task_id, exc_info=True)
+
+
+def _stop_beating(task: Task[Any, Any], task_id: str) -> None:
+    """The request ended in this process (the job ran, or its pool process was lost): no more beats."""
+    if not task.acks_late:
+        _taken_beat(task).discard(task_id)
