@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +114,16 @@ def start_worker(redis_url: str, name: str, concurrency: int = 2, env: dict[str,
     argv = [celery, "-A", "bench.bench_jobs", "worker", "-P", "prefork", "-c", str(concurrency)]
     argv += ["--without-gossip", "--without-mingle", "-l", "WARNING", "-n", f"{name}@%h"]
     return start(name, argv, env={"BENCH_REDIS_URL": redis_url, **(env or {})})
+
+
+@contextmanager
+def paused(proc: Process) -> Iterator[None]:
+    """`proc`'s whole process group stopped (SIGSTOP) for the block, then continued."""
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
 
 
 def wait_worker(app: Any, proc: Process, deadline_s: float = 30) -> None:

@@ -184,6 +184,7 @@ class TaskServerFigures:
     get_c16: Window | None = None
     call_c1: Window | None = None
     call_c16: Window | None = None
+    call_c16_alone: Window | None = None  # the job worker paused (SIGSTOP) during the window
     e2e_c16: Window | None = None
     sync_c1: Window | None = None
     sync_cmds_per_call: float | None = None

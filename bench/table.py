@@ -63,6 +63,7 @@ def baseline_rows(r: Results) -> list[Row]:
         ("floor + 1 Redis round trip: tasks/get c=1 p50 / p95 ms", p50_p95(fr.get_c1), "", "", ""),
         ("floor + 1 Redis round trip: tasks/get c=16 req/s", rate(fr.get_c16), "", "", ""),
     ]
+    rows.append(("tools/call→handle c=16 calls/s, job worker paused", "", rate(ou.call_c16_alone), "", ""))
     state = f"AsyncResult.state {fmt(raw.state_reads_per_s, '{:.0f}')}/s (1 thread)"
     gets = ((1, fl.get_c1, ou.get_c1, fm.get_c1), (16, fl.get_c16, ou.get_c16, fm.get_c16))
     for n, floor_w, ours_w, fm_w in gets:

@@ -7,13 +7,14 @@ is created on the first run: its packages exclude this project's redis-py.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
 from bench.config import RunConfig, say
 from bench.phases.scaling import fill_and_measure
 from bench.phases.task_server import Target, measure_task_server
-from bench.procs import BENCH, start_http_server, start_ours_server, start_worker, wait_worker
+from bench.procs import BENCH, paused, start_http_server, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis
 from bench.results import Results
 from mcp_celery._processes import free_port
@@ -30,7 +31,8 @@ async def run_ours(cfg: RunConfig, rds: BenchRedis, results: Results) -> None:
     try:
         server, url = start_ours_server(rds.url, "ours-server")
         wait_worker(bench_jobs.app, worker)
-        await measure_task_server(Target("ours", url, rds, results.ours, results, cfg), fill_and_measure)
+        target = Target("ours", url, rds, results.ours, results, cfg, paused_jobs=functools.partial(paused, worker))
+        await measure_task_server(target, fill_and_measure)
     finally:
         if server is not None:
             server.stop()
