@@ -22,6 +22,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ POLL_S = 0.010
 CONCURRENCY = 16
 #: Tasks a client creates before it listens to all of them on one stream (the batched push row).
 BATCH = 16
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 @dataclass
@@ -55,43 +58,44 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-async def listen_until_terminal(
-    client: httpx.AsyncClient, url: str, task_id: str
-) -> list[tuple[float, dict[str, Any]]]:
-    """The notifications of one listen stream with their arrival times, until the task is terminal."""
-    headers, body = rpc.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, task_id)
-    seen: list[tuple[float, dict[str, Any]]] = []
+async def notifications(
+    client: httpx.AsyncClient, url: str, task_ids: list[str]
+) -> AsyncGenerator[tuple[float, dict[str, Any]]]:
+    """The `notifications/tasks` params of one listen stream with their arrival times, until its result."""
+    headers, body = rpc.request("subscriptions/listen", {"notifications": {"taskIds": task_ids}}, task_ids[0])
     async with client.stream("POST", url, headers=headers, content=body) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue
             message = json.loads(line[5:])
             if message.get("method") == "notifications/tasks":
-                seen.append((time.time(), message["params"]))
-                if message["params"]["status"] in {"completed", "failed", "cancelled"}:
-                    return seen
+                yield time.time(), message["params"]
             elif "result" in message or "error" in message:
-                return seen
+                return
+
+
+async def listen_until_terminal(
+    client: httpx.AsyncClient, url: str, task_id: str
+) -> list[tuple[float, dict[str, Any]]]:
+    """The notifications of one listen stream with their arrival times, until the task is terminal."""
+    seen: list[tuple[float, dict[str, Any]]] = []
+    async with aclosing(notifications(client, url, [task_id])) as stream:  # closed at once: the connection is reused
+        async for arrived, params in stream:
+            seen.append((arrived, params))
+            if params["status"] in TERMINAL:
+                break
     return seen
 
 
 async def listen_until_all_terminal(client: httpx.AsyncClient, url: str, task_ids: list[str]) -> dict[str, str]:
     """The final status of each task of one listen stream over `task_ids`, once all have ended."""
-    headers, body = rpc.request("subscriptions/listen", {"notifications": {"taskIds": task_ids}}, task_ids[0])
     ended: dict[str, str] = {}
-    async with client.stream("POST", url, headers=headers, content=body) as response:
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            message = json.loads(line[5:])
-            if message.get("method") == "notifications/tasks":
-                params = message["params"]
-                if params["status"] in {"completed", "failed", "cancelled"}:
-                    ended[params["taskId"]] = params["status"]
-                    if len(ended) == len(task_ids):
-                        return ended
-            elif "result" in message or "error" in message:
-                return ended
+    async with aclosing(notifications(client, url, task_ids)) as stream:
+        async for _, params in stream:
+            if params["status"] in TERMINAL:
+                ended[params["taskId"]] = params["status"]
+                if len(ended) == len(task_ids):
+                    break
     return ended
 
 
