@@ -128,10 +128,19 @@ def validity_section(r: Results) -> list[str]:
 
 #: Hand-written analysis (profiles, before/after of each change that mattered), kept in every report.
 ANALYSIS = Path(__file__).resolve().parent / "where-the-time-went.md"
+PUSH = Path(__file__).resolve().parent / "results-push.md"
 
 
 def analysis_section() -> list[str]:
     return ["", ANALYSIS.read_text().rstrip()] if ANALYSIS.exists() else []
+
+
+def push_section() -> list[str]:
+    """The latest `python -m bench.push` run (its own command; its table is copied here as it is)."""
+    if not PUSH.exists():
+        return []
+    text = PUSH.read_text().rstrip().replace("# Push against polling", "## Push against polling", 1)
+    return ["", text]
 
 
 def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
@@ -169,6 +178,7 @@ def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
         "|---|---|---|---|",
         *[f"| {b.goal.description} | {b.goal.status} | {b.goal.figure} | {b.bound} |" for b in issue14_goals(r)],
         *analysis_section(),
+        *push_section(),
         "",
         *breakdown_section(r),
         "",
