@@ -100,6 +100,12 @@ def topology(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> I
             proc.stop()
 
 
+def flower_hears_a_worker(topo: Topology) -> bool:
+    """Whether Flower's event receiver has heard a worker's heartbeat (`status=true` reads its events state)."""
+    with urllib.request.urlopen(f"{topo.flower()}/api/workers?status=true", timeout=5) as reply:
+        return any(json.loads(reply.read()).values())
+
+
 def flower_tasks(topo: Topology, tool: str) -> dict[str, Any]:
     query = urllib.request.quote(f'args:"[mcp tool {tool}]"')
     with urllib.request.urlopen(f"{topo.flower()}/api/tasks?search={query}", timeout=5) as reply:
@@ -115,6 +121,9 @@ def test_the_compose_services_start_healthy_and_serve_a_task_end_to_end(topology
     config = store.config_get("appendonly") | store.config_get("maxmemory-policy")
     assert config == {"appendonly": "yes", "maxmemory-policy": "noeviction"}  # what the issue asks of Redis
     store.close()
+    # Flower's HTTP port answers (its healthcheck) before its event receiver is connected; a task
+    # whose first events it missed has no arguments there, and the search below never finds it.
+    wait_for(lambda: flower_hears_a_worker(topology), 30, 0.5, "Flower to hear the worker's heartbeat")
     client = RawHttpClient(topology.url())
     try:
         tools = {t["name"] for t in client.result("tools/list")["tools"]}
