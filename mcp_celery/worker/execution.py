@@ -1,11 +1,11 @@
 """Running one job: the code around every MCP tool's Celery task body.
 
 Worker tier. Only for jobs started through MCP (those with a task record), `run_job` refuses
-to start a cancelled task, one that has ended already, or to run an at-most-once job a second time, makes the JobContext
-current, turns a cancellation into Celery's REVOKED state, stores the job's outcome in the
-record (the MCP side reads nothing else), and shortens the record's life to the TTL once the
-job is over (or, when its process is being stopped mid-job, ends its heartbeat at once). Jobs
-started the ordinary Celery way run exactly as before.
+to start a cancelled task or one that has ended already, or to run an at-most-once job a
+second time, makes the JobContext current, turns a cancellation into Celery's REVOKED state,
+stores the job's outcome in the record (the MCP side reads nothing else), and shortens the
+record's life to the TTL once the job is over (or, when its process is being stopped mid-job,
+ends its heartbeat at once). Jobs started the ordinary Celery way run exactly as before.
 
 Some endings happen outside the job, in the worker's main process: a pool process lost, a hard
 time limit, a revoke of a queued or terminated job. Celery reports those with its
