@@ -27,7 +27,7 @@ import typing as _typing
 from mcp_celery._version import __version__
 
 if _typing.TYPE_CHECKING:
-    from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
+    from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
     from mcp_celery.errors import (
         ConfigurationError,
@@ -42,10 +42,12 @@ if _typing.TYPE_CHECKING:
     from mcp_celery.server import create_server
     from mcp_celery.settings import Settings
     from mcp_celery.worker import JobContext, configure_app, current_context, expose, tool
+    from mcp_celery.workflows import MemberStatus
 
 #: Public name → the module that defines it.
 _EXPORTS = {
     "CreateMessageResult": "mcp_types",
+    "CreateMessageResultWithTools": "mcp_types",
     "ElicitResult": "mcp_types",
     "ListRootsResult": "mcp_types",
     "ConfigurationError": "mcp_celery.errors",
@@ -65,17 +67,20 @@ _EXPORTS = {
     "current_context": "mcp_celery.worker",
     "expose": "mcp_celery.worker",
     "tool": "mcp_celery.worker",
+    "MemberStatus": "mcp_celery.workflows",
 }
 
 __all__ = [
     "ConfigurationError",
     "CreateMessageResult",
+    "CreateMessageResultWithTools",
     "ElicitResult",
     "InputNotSupported",
     "InputTimeout",
     "JobContext",
     "ListRootsResult",
     "McpCeleryError",
+    "MemberStatus",
     "ProtocolError",
     "Settings",
     "TaskCancelled",

@@ -35,9 +35,14 @@ class HttpReply:
     def json(self) -> Any:
         """The body as JSON; for an SSE body, the last `data:` event (the JSON-RPC reply)."""
         if self.headers.get("content-type", "").startswith("text/event-stream"):
-            events = [line[5:].strip() for line in self.text.splitlines() if line.startswith("data:")]
-            return json.loads(events[-1])
+            return self.messages()[-1]
         return json.loads(self.text)
+
+    def messages(self) -> list[Any]:
+        """Every JSON-RPC message of the body, in order: an SSE body's notifications, then its reply."""
+        if not self.headers.get("content-type", "").startswith("text/event-stream"):
+            return [json.loads(self.text)]
+        return [json.loads(line[5:].strip()) for line in self.text.splitlines() if line.startswith("data:")]
 
 
 class SseStream:
@@ -96,11 +101,15 @@ class RawHttpClient:
         capabilities: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         name: str | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> HttpReply:
-        """Send one request. `capabilities` default: the tasks extension only. `name=""` sends no Mcp-Name."""
+        """Send one request. `capabilities` default: the tasks extension only. `name=""` sends no Mcp-Name.
+
+        `meta` adds to the request's `_meta` (e.g. a `progressToken`).
+        """
         self._id += 1
         caps = client_capabilities() if capabilities is None else capabilities
-        body = request_body(self._id, method, params, caps, self._client_name)
+        body = request_body(self._id, method, params, caps, self._client_name, meta)
         route = name if name is not None else (params or {}).get("taskId") or (params or {}).get("name")
         hdrs = {**request_headers(method, str(route) if route else None), **self.extra_headers, **(headers or {})}
         return self.send_raw(json.dumps(body).encode(), hdrs)

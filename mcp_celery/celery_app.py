@@ -9,6 +9,7 @@ import importlib
 import sys
 
 from celery import Celery
+from celery.exceptions import NotRegistered
 
 from mcp_celery.errors import ConfigurationError
 
@@ -19,7 +20,8 @@ def load_app(spec: str) -> Celery:
     """Import `module` or `module:attribute` and return its Celery app, as `celery -A` does.
 
     Raises:
-        ConfigurationError: nothing importable there, or no Celery app in it.
+        ConfigurationError: nothing importable there, no Celery app in it, or it names a Celery task
+            that is not registered (its module was not imported).
     """
     module_name, _, attribute = spec.partition(":")
     if "" not in sys.path:
@@ -28,6 +30,11 @@ def load_app(spec: str) -> Celery:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    except NotRegistered as exc:  # app.tasks["proj.tasks.add"] before proj.tasks was imported
+        raise ConfigurationError(
+            f"importing {module_name!r}: Celery has no task {exc}; import the module that defines it first "
+            "(or pass the task itself to mcp_celery.expose)"
+        ) from exc
     candidates = [attribute] if attribute else ["app", "celery"]
     for name in candidates:
         found = getattr(module, name, None)

@@ -1,4 +1,4 @@
-"""`mcp-celery serve` (MCP over stdio or Streamable HTTP) and `mcp-celery demo`. Wiring only.
+"""`mcp-celery serve` (MCP over stdio or Streamable HTTP), `top` and `demo`. Wiring only.
 
 Each subcommand imports its tier only when it runs, so `mcp-celery --help` loads neither
 Celery nor the MCP server.
@@ -7,23 +7,45 @@ Celery nor the MCP server.
 from __future__ import annotations
 
 import argparse
-import logging
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from mcp_celery.errors import ConfigurationError
+from mcp_celery import logs
+from mcp_celery.errors import ConfigurationError, McpCeleryError
 
-__all__ = ["main"]
+__all__ = ["CLIENT_COMMANDS", "main", "parser", "parser_for"]
 
 
 def serve(
-    app_spec: str, *, http: bool, host: str, port: int, workers: int, allow_unauthenticated: bool = False
+    app_spec: str,
+    *,
+    http: bool,
+    host: str,
+    port: int,
+    workers: int,
+    allow_unauthenticated: bool = False,
+    metrics_port: int | None = None,
 ) -> None:
+    from mcp_celery.binding import AppBinding
     from mcp_celery.celery_app import load_app
+    from mcp_celery.server.app import check_tool_names
+    from mcp_celery.settings import Settings
+    from mcp_celery.store.probe import probe
 
-    load_app(app_spec)  # fail early, with a clear message, before any worker process starts
+    # Fail early, with a clear message, before any worker process starts: the tools, the Redis URL,
+    # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
+    app, settings = load_app(app_spec), Settings()
+    check_tool_names(app, settings)
+    probe(AppBinding.create(app, settings).redis)
     if http:
+        if metrics_port is not None:  # the server processes read it from their settings, as from the environment
+            os.environ["MCP_CELERY_METRICS_PORT"] = str(metrics_port)
         _serve_http(app_spec, host, port, workers, allow_unauthenticated)
     else:
         _serve_stdio(app_spec)
@@ -35,11 +57,66 @@ def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthe
     from mcp_celery.server import auth, http
     from mcp_celery.settings import Settings
 
-    auth.check_exposure(Settings(), host, allow_unauthenticated=allow_unauthenticated)
+    settings = Settings()
+    auth.check_exposure(settings, host, allow_unauthenticated=allow_unauthenticated)
+    # Here, not only in each uvicorn worker process: a token file or JWT setting that cannot work
+    # (MCP_CELERY_JWT_JWKS without MCP_CELERY_JWT_ISSUER, say) stops `serve` in one line.
+    auth.build_verifier(settings, auth.public_url(settings, host, port))
     os.environ[http.APP_ENV], os.environ[http.HOST_ENV], os.environ[http.PORT_ENV] = app_spec, host, str(port)
-    # Task state lives in Redis only, so any worker process can answer for any task.
-    target = "mcp_celery.server.http:http_app_from_env" if workers > 1 else http.http_app(app_spec, host, port)
-    uvicorn.run(target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning")
+    with _metrics_directory(workers):
+        # Task state lives in Redis only, so any worker process can answer for any task.
+        target = "mcp_celery.server.http:http_app_from_env" if workers > 1 else http.http_app(app_spec, host, port)
+        if settings.metrics_port is not None:
+            _serve_metrics_port(http.metrics_app(app_spec), host, settings.metrics_port)
+        log_options = logs.uvicorn_options()  # JSON lines from uvicorn's worker processes too
+        uvicorn.run(
+            target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning", **log_options
+        )
+
+
+@contextlib.contextmanager
+def _metrics_directory(workers: int) -> Iterator[None]:
+    """With several server processes, a fresh directory for prometheus_client's multiprocess mode, removed
+    at the end: the processes (started after this) write their values there, /metrics sums them. One set
+    by the operator (PROMETHEUS_MULTIPROC_DIR) is used as it is, and left in place."""
+    import uuid
+
+    from mcp_celery.server.metrics import MULTIPROC_ENV, REPLICA_ENV
+
+    if workers > 1:
+        os.environ.setdefault(REPLICA_ENV, uuid.uuid4().hex)
+    if workers <= 1 or os.environ.get(MULTIPROC_ENV):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="mcp-celery-metrics-")
+    os.environ[MULTIPROC_ENV] = folder
+    try:
+        yield
+    finally:
+        del os.environ[MULTIPROC_ENV]
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _serve_metrics_port(app: Any, host: str, port: int) -> None:
+    """Serve `app` (the probes and /metrics) on `port`, on a thread of this process: the one that
+    starts the server processes, and outlives them.
+
+    Raises:
+        ConfigurationError: the port cannot be served (taken, say), said before the MCP port opens.
+    """
+    import threading
+    import time
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, name="mcp-celery-metrics", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if not server.started:
+        raise ConfigurationError(f"cannot serve --metrics-port {port} on {host} (see the error above)")
 
 
 def _serve_stdio(app_spec: str) -> None:
@@ -60,6 +137,32 @@ def _serve_stdio(app_spec: str) -> None:
     anyio.run(run_stdio)
 
 
+def top(app_spec: str, *, interval_s: float, once: bool) -> None:
+    import asyncio
+
+    from redis.exceptions import RedisError
+
+    from mcp_celery.celery_app import load_app
+    from mcp_celery.redact import redact
+    from mcp_celery.settings import Settings
+    from mcp_celery.top import reader_for, run_top
+
+    reader = reader_for(load_app(app_spec), Settings())
+
+    async def run() -> None:
+        try:
+            await run_top(reader, interval_s=interval_s, once=once)
+        finally:
+            await reader.aclose()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:  # Ctrl-C: the screen is restored already; leave quietly
+        pass
+    except (RedisError, OSError) as exc:
+        raise ConfigurationError(f"top: cannot read Redis: {redact(str(exc))}") from exc
+
+
 def _token_file(given: str | None) -> Path:
     path = given or os.environ.get("MCP_CELERY_AUTH_TOKENS")
     if not path:
@@ -67,22 +170,39 @@ def _token_file(given: str | None) -> Path:
     return Path(path)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The parser of the server-side commands: `serve`, `token new`, `demo` (`call` and `tasks`: `parser_for`)."""
+    root = argparse.ArgumentParser(
         prog="mcp-celery",
         description="Celery jobs as MCP tools (SEP-2663 tasks).",
         epilog="client commands (any SEP-2663 server): mcp-celery call --help, mcp-celery tasks --help",
     )
-    parser.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    root.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
+    root.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=os.environ.get("MCP_CELERY_LOG_FORMAT", "text"),
+        help="json: one JSON object per line, with task id, tool and status (default: $MCP_CELERY_LOG_FORMAT or text)",
+    )
+    commands = root.add_subparsers(dest="command", required=True)
     run = commands.add_parser("serve", help="serve the app's tools over MCP (stdio by default)")
     run.add_argument("-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A")
     run.add_argument(
         "--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
     )
-    run.add_argument("--host", default="127.0.0.1")
-    run.add_argument("--port", type=int, default=8000)
+    run.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on with --http (default 127.0.0.1; any other needs authentication, or "
+        "--allow-unauthenticated, and MCP_CELERY_ALLOWED_HOSTS for the name clients use)",
+    )
+    run.add_argument("--port", type=int, default=8000, help="port to listen on with --http (default 8000)")
     run.add_argument("--workers", type=int, default=1, help="HTTP server processes (default 1)")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="with --http, serve /metrics (and /healthz, /readyz) on this port instead of the MCP port",
+    )
     run.add_argument(
         "--allow-unauthenticated",
         action="store_true",
@@ -91,22 +211,42 @@ def _parser() -> argparse.ArgumentParser:
     token = commands.add_parser("token", help="manage static bearer tokens (MCP_CELERY_AUTH_TOKENS)")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     new = token_commands.add_parser("new", help="print a new token for PRINCIPAL once; append its digest to the file")
-    new.add_argument("principal")
+    new.add_argument("principal", help="who the token speaks for: tasks belong to this name")
     new.add_argument("--file", help="token file (default: $MCP_CELERY_AUTH_TOKENS)")
+    view = commands.add_parser("top", help="a live view of the deployment, read from Redis (no server needed)")
+    view.add_argument("-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A")
+    view.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
+    view.add_argument("--once", action="store_true", help="print one frame and exit")
     demo = commands.add_parser("demo", help="start Redis if needed, a worker and the server, and walk through the demo")
     demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
     demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
-    return parser
+    return root
+
+
+CLIENT_COMMANDS = ("call", "tasks")
+
+
+def parser_for(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The parser that reads `mcp-celery ARGV...`, and the arguments it parses.
+
+    `call` and `tasks` belong to the client (`mcp_celery.client._cli`), loaded only for them; what
+    follows `--` on their command line is the stdio server's command, not parsed.
+    """
+    if argv[:1] and argv[0] in CLIENT_COMMANDS:
+        from mcp_celery.client import _cli as client_cli  # lazily: the client commands need no server code
+
+        return client_cli.parser(), list(argv[: argv.index("--")] if "--" in argv else argv)
+    return parser(), list(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["call"], ["tasks"]):
-        from mcp_celery.client import _cli as client_cli  # lazily: the client commands need no server code
+    if argv[:1] and argv[0] in CLIENT_COMMANDS:
+        from mcp_celery.client import _cli as client_cli
 
         sys.exit(client_cli.main(argv))
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    args = parser().parse_args(argv)
+    logs.configure(args.log_level, args.log_format)
     try:
         if args.command == "serve":
             serve(
@@ -116,7 +256,10 @@ def main(argv: list[str] | None = None) -> None:
                 port=args.port,
                 workers=args.workers,
                 allow_unauthenticated=args.allow_unauthenticated,
+                metrics_port=args.metrics_port,
             )
+        elif args.command == "top":
+            top(args.app, interval_s=args.interval, once=args.once)
         elif args.command == "token":
             from mcp_celery.tokens import new_token
 
@@ -125,6 +268,6 @@ def main(argv: list[str] | None = None) -> None:
             from mcp_celery.demo import run_demo
 
             sys.exit(run_demo(port=args.port, keep_serving=args.serve))
-    except ConfigurationError as exc:
+    except McpCeleryError as exc:  # a configuration or tool definition that cannot work: one line says why
         print(f"mcp-celery: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -44,7 +44,10 @@ class InputNotSupported(McpCeleryError):
 
     Raised when the client did not declare the needed capability (elicitation, sampling,
     roots) on the `tools/call` that created the task, or when the tool was called
-    synchronously (without the tasks extension), where a job cannot ask anything.
+    synchronously (a `task_mode="forbidden"` tool, or a client without the tasks extension
+    while MCP_CELERY_TOOL_FALLBACK is false), where a job cannot ask anything. A task created
+    by a client without the extension may ask anything: its questions are answered through
+    the `task_respond` tool.
     """
 
 

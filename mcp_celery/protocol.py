@@ -9,6 +9,7 @@ of a job and the raw request envelope of the 2026-07-28 revision are each writte
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -34,6 +35,8 @@ __all__ = [
     "PROTOCOL_VERSION_META",
     "TASKS_EXTENSION",
     "TASKS_NOTIFICATION",
+    "TASK_HANDLE_META",
+    "TASK_HANDLE_SCHEMA",
     "TASK_MODES",
     "TASK_NOT_FOUND_MESSAGE",
     "TERMINAL_STATUSES",
@@ -46,11 +49,14 @@ __all__ = [
     "detailed_task",
     "iso_ms",
     "missing_capability_data",
+    "new_task_id",
     "now_ms",
     "request_body",
     "request_headers",
     "request_meta",
+    "task_handle_result",
     "tool_error_result",
+    "with_task_handle",
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -76,12 +82,39 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled
 TaskMode = Literal["optional", "required", "forbidden"]
 TASK_MODES: tuple[TaskMode, ...] = ("optional", "required", "forbidden")
 
+#: Where a plain `CallToolResult` that answers with a running task carries its handle, for programs.
+TASK_HANDLE_META = "mcp-celery/task"
+#: The `structuredContent` of such a result, for a tool with an output schema (see `with_task_handle`).
+TASK_HANDLE_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "title": "TaskHandle",
+    "description": "The job is still running as an MCP task: follow it with the task_status tool.",
+    "properties": {
+        "taskId": {"type": "string"},
+        "status": {"type": "string", "enum": ["working", "input_required"]},
+        "statusMessage": {"type": "string"},
+    },
+    "required": ["taskId", "status"],
+    "additionalProperties": False,
+}
+
 #: The client capability each kind of input request needs.
 CAPABILITY_FOR_METHOD = {
     "elicitation/create": "elicitation",
     "sampling/createMessage": "sampling",
     "roots/list": "roots",
 }
+
+
+def new_task_id() -> str:
+    """192 random bits, URL-safe (the spec asks for at least 122): a task id can be neither guessed nor enumerated.
+
+    Never starting with '-': `mcp-celery tasks wait -abc...` would read the id as an option.
+    """
+    while True:
+        task_id = secrets.token_urlsafe(24)
+        if not task_id.startswith("-"):
+            return task_id
 
 
 def now_ms() -> int:
@@ -111,6 +144,39 @@ def call_tool_result(value: Any, *, structured: bool = False) -> dict[str, Any]:
     if structured:
         result["structuredContent"] = value
     return result
+
+
+def task_handle_result(
+    text: str, *, task_id: str, status: str, status_message: str | None, structured: bool
+) -> dict[str, Any]:
+    """A successful `CallToolResult` saying that the job runs on as task `task_id`: `text` for the model,
+    the handle in `_meta` for programs, and, for a tool with an output schema, as structuredContent
+    (SDK clients validate it against the schema that `with_task_handle` widened)."""
+    handle = {"taskId": task_id, "status": status}
+    result: dict[str, Any] = {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": text}],
+        "isError": False,
+        "_meta": {TASK_HANDLE_META: handle},
+    }
+    if structured:
+        result["structuredContent"] = {**handle, **({"statusMessage": status_message} if status_message else {})}
+    return result
+
+
+def with_task_handle(output_schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's output schema, widened to accept the task handle too (clients without the extension).
+
+    SDK clients validate a successful result's structuredContent against the tool's output schema,
+    so the handle of a job still running must be valid against it. The schema's definitions stay at
+    the root, where its `#/$defs/...` references point.
+    """
+    own = dict(output_schema)
+    defs = own.pop("$defs", None)
+    widened: dict[str, Any] = {"type": "object", "anyOf": [own, TASK_HANDLE_SCHEMA]}
+    if defs is not None:
+        widened["$defs"] = defs
+    return widened
 
 
 def tool_error_result(tool: str, reason: str) -> dict[str, Any]:
@@ -186,10 +252,14 @@ def request_body(
     params: Mapping[str, Any] | None,
     capabilities: Mapping[str, Any],
     client_name: str = "mcp-celery",
+    meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A 2026-07-28 JSON-RPC request: the stateless `_meta` envelope travels in every request's params."""
-    meta = request_meta(capabilities, client_name)
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+    """A 2026-07-28 JSON-RPC request: the stateless `_meta` envelope travels in every request's params.
+
+    `meta` adds to the envelope (e.g. a `progressToken`).
+    """
+    envelope = {**request_meta(capabilities, client_name), **(meta or {})}
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": envelope}}
 
 
 def request_meta(capabilities: Mapping[str, Any], client_name: str = "mcp-celery") -> dict[str, Any]:

@@ -6,7 +6,9 @@ environment at import time.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -17,8 +19,26 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(
         default=None,
-        description="Redis for mcp-celery's task state (records, progress, outcomes, answers, events). Default: "
-        "the Celery app's result backend when that is Redis; required with any other result backend or none.",
+        description="Redis for mcp-celery's task state (records, progress, outcomes, answers, events): redis://, "
+        "rediss:// (TLS), unix://, sentinel://h1:p1;sentinel://h2:p2 or redis+cluster:// (README: Production Redis). "
+        "Default: the Celery app's result backend when that is Redis; required with any other result backend or none.",
+    )
+    redis_master_name: str | None = Field(
+        default=None,
+        description="The Sentinel master's name when MCP_CELERY_REDIS_URL is a sentinel:// URL. Default: master_name "
+        "in the Celery app's result_backend_transport_options.",
+    )
+    redis_min_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Replicas that must confirm a task's creation, an answer and a cancel (Redis WAIT) before they "
+        "are acknowledged; fewer within redis_min_replicas_wait_ms is a JSON-RPC error. 0: the primary is enough.",
+    )
+    redis_min_replicas_wait_ms: int = Field(
+        default=2000,
+        gt=0,
+        le=8000,
+        description="Longest wait for those replicas, in ms (below the 10 s every server command may take).",
     )
     redis_max_connections: int = Field(
         default=32,
@@ -33,17 +53,33 @@ class Settings(BaseSettings):
         ge=0,
         description="Seconds a cancelled job has to reach a checkpoint before it is reported cancelled anyway.",
     )
+    tool_fallback: bool = Field(
+        default=True,
+        description="Serve clients that do not declare the tasks extension with tasks too: a tools/call waits up "
+        "to inline_s for its job, then answers with a task handle while the job runs on, and the task_status, "
+        "task_respond and task_cancel tools reach the task. False: such calls run synchronously and a job still "
+        "running after sync_timeout_s is cancelled.",
+    )
+    inline_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="How long a tools/call from a client without the tasks extension waits for its job before "
+        "it answers with a task handle (the job keeps running); below the 60 s most hosts allow a call. A tool "
+        "sets its own with inline_s=. Also the longest wait of task_status(wait_seconds=...).",
+    )
     sync_timeout_s: float = Field(
         default=60.0,
         gt=0,
-        description="How long a synchronous tools/call (client without the tasks extension) waits for its job.",
+        description="How long a synchronous tools/call waits for its job before cancelling it: calls of "
+        "task_mode='forbidden' tools, and every call from a client without the tasks extension when "
+        "tool_fallback is false.",
     )
     max_job_s: int | None = Field(
         default=None,
         gt=0,
-        description="Longest job. One setting for both the Celery hard time limit (configure_app sets "
-        "task_time_limit from it, default 6 h) and the life of a running task's record (TTL plus the time "
-        "limit of its tool); unset: whatever task_time_limit the app has.",
+        description="Longest job, in seconds. One setting for both the Celery hard time limit (configure_app "
+        "sets task_time_limit to it) and the life of a running task's record (TTL plus the time limit of its "
+        "tool). Unset: the app's own task_time_limit, else 6 hours (21600).",
     )
     worker_lost_timeout_s: float = Field(
         default=30.0,
@@ -66,9 +102,44 @@ class Settings(BaseSettings):
         "manager waits before SIGKILL (Kubernetes: 30 s by default).",
     )
     input_timeout_s: float = Field(
-        default=3600.0, gt=0, description="Default time a job waits for an answer to an input request."
+        default=3600.0,
+        gt=0,
+        description="Default time a job waits for an answer to an input request (read by workers).",
     )
-    debug: bool = Field(default=False, description="Include tracebacks in tool error results.")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="json: one JSON object per log line, with the task id, tool, status change and hashed "
+        "principal, never arguments, answers or results (workers read it; `mcp-celery serve --log-format` too).",
+    )
+    debug: bool = Field(
+        default=False,
+        description="Show clients the (redacted) text of unexpected server errors, and job tracebacks in tool "
+        "errors; off, they see a bare message and the logs keep the rest.",
+    )
+
+    # ------------------------------------------------------------ operations (docs/guides/operations.md)
+    metrics: bool = Field(
+        default=True,
+        description="Serve GET /metrics (Prometheus text format) and count the server's own series; false: no "
+        "/metrics, and nothing is counted.",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="When set, GET /metrics needs `Authorization: Bearer <this token>` (401 otherwise).",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        gt=0,
+        lt=65536,
+        description="Serve /metrics, /healthz and /readyz on this port too, and /metrics on no other "
+        "(`serve --metrics-port`). Unset: on the MCP port.",
+    )
+    probe_timeout_s: float = Field(
+        default=1.5,
+        gt=0,
+        le=10,
+        description="GET /readyz answers 503 when the store's Redis or the broker does not answer within this.",
+    )
 
     # ------------------------------------------------------------ security (see mcp_celery/auth.py, limits.py)
     auth_tokens: str | None = Field(

@@ -36,16 +36,24 @@ from mcp_celery.protocol import (
     call_tool_result,
     detailed_task,
     iso_ms,
+    now_ms,
 )
 from mcp_celery.redact import redact
+from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = [
+    "CANCELLED_BEFORE_START",
     "CELERY_TO_MCP_STATUS",
+    "INFRASTRUCTURE_FAILURES",
     "LOST_AFTER_TAKEN",
+    "LOST_HEARTBEAT",
     "READY_STATES",
+    "WAITING_TO_RUN_AGAIN",
     "TaskView",
+    "ended_entry",
     "expired",
+    "lost_entry",
     "reported_ttl_ms",
     "task_view",
 ]
@@ -57,8 +65,14 @@ CELERY_TO_MCP_STATUS: dict[str, TaskStatus] = {
 }
 #: Celery states after which a job never runs again.
 READY_STATES = frozenset(CELERY_TO_MCP_STATUS)
+#: The statusMessage of a task cancelled before its job started (its job never runs).
+CANCELLED_BEFORE_START = "cancelled before the job started"
 #: A worker took the job's message (acked it early) and was lost before the job started.
 LOST_AFTER_TAKEN = "the worker that took the job's message was lost before the job started"
+#: A running job's heartbeat ran out (its worker killed whole, its machine lost); `{since}` is when.
+LOST_HEARTBEAT = "the worker running the job was lost: no heartbeat since {since}"
+#: The same for a `retry_on_worker_loss` tool, whose message goes back to its queue.
+WAITING_TO_RUN_AGAIN = "the worker was lost; waiting to run the job again"
 
 _WORKING_MESSAGES = {
     "PENDING": "queued",
@@ -68,8 +82,8 @@ _WORKING_MESSAGES = {
     "INPUT_REQUIRED": "resuming with the answers",
 }
 
-# Failures of the execution itself rather than of the tool's logic: JSON-RPC errors.
-_INFRASTRUCTURE_FAILURES = {
+#: Failures of the execution itself rather than of the tool's logic: JSON-RPC errors (-32603), by exception name.
+INFRASTRUCTURE_FAILURES = {
     "WorkerLostError": "the worker running the job was lost",
     "TimeLimitExceeded": "the job exceeded its time limit",
     "SoftTimeLimitExceeded": "the job exceeded its soft time limit",
@@ -89,6 +103,8 @@ class TaskView:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None
+    #: Failed because its worker was lost (not frozen: only the ended stream hears of it).
+    lost: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -176,7 +192,7 @@ def task_view(
     if record.alive_until_ms is not None and now_ms > record.alive_until_ms:
         if not redelivered_on_loss:
             return _worker_lost(record.alive_until_ms, record.lost_reason)
-        return TaskView("working", record.alive_until_ms, "the worker was lost; waiting to run the job again")
+        return TaskView("working", record.alive_until_ms, WAITING_TO_RUN_AGAIN)
     if record.alive_until_ms is None and record.taken_until_ms is not None and now_ms > record.taken_until_ms:
         # Only at-most-once jobs are marked taken: the message was acked, so nothing runs it now.
         return _lost_after_taken(record.taken_until_ms)
@@ -189,13 +205,55 @@ def task_view(
 
 def _worker_lost(at_ms: int, reason: str | None = None) -> TaskView:
     # A worker that shut down said why before its job stopped; otherwise it died without a word.
-    message = reason or f"the worker running the job was lost: no heartbeat since {iso_ms(at_ms)}"
-    return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message})
+    message = reason or LOST_HEARTBEAT.format(since=iso_ms(at_ms))
+    return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message}, lost=True)
 
 
 def _lost_after_taken(at_ms: int) -> TaskView:
     message = f"{LOST_AFTER_TAKEN}: no sign of it since {iso_ms(at_ms)}"
-    return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message})
+    return TaskView("failed", at_ms, message, error={"code": INTERNAL_ERROR, "message": message}, lost=True)
+
+
+def ended_entry(
+    task_id: str, tool: str, meta: dict[str, Any], *, created_ms: int, started_ms: int | None, input_ms: int = 0
+) -> EndedEntry:
+    """The ended stream's entry for a job that ends with Celery result `meta` (`mcp_celery.store.ended`).
+
+    The status is the one the task will read (a tool's exception: completed, a tool error); a
+    pool process lost under the job (Celery's WorkerLostError) counts as a lost worker.
+    """
+    state = str(meta.get("status"))
+    done_ms = _date_done_ms(meta) or now_ms()
+    exc = meta.get("result") if isinstance(meta.get("result"), dict) else {}
+    lost = state == "FAILURE" and isinstance(exc, dict) and exc.get("exc_type") == "WorkerLostError"
+    if state in ("SUCCESS", "REVOKED"):
+        status: TaskStatus = CELERY_TO_MCP_STATUS[state]
+        reason = "" if state == "SUCCESS" else _exception_text(meta.get("result"))
+        tool_error = False
+    else:
+        view = _failure(meta, done_ms, tool, debug=False)
+        status, tool_error = view.status, view.status == "completed"
+        reason = view.status_message or (view.result or {}).get("content", [{}])[0].get("text", "")
+    return EndedEntry(
+        task_id,
+        tool,
+        status,
+        created_ms,
+        done_ms,
+        started_ms,
+        input_ms,
+        tool_error=tool_error,
+        lost=lost,
+        reason=reason,
+    )
+
+
+def lost_entry(record: TaskRecord, view: TaskView) -> EndedEntry:
+    """The ended stream's entry for a task that a reader found lost with its worker (`TaskView.lost`)."""
+    reason = view.status_message or ""
+    return EndedEntry(
+        record.task_id, record.tool, view.status, record.created_ms, view.updated_ms, lost=True, reason=reason
+    )
 
 
 def _cancelled_late(at_ms: int) -> TaskView:
@@ -223,9 +281,9 @@ def _failure(meta: dict[str, Any], done_ms: int, tool: str, debug: bool) -> Task
         if len(args) > 2 and args[2] is not None:
             error["data"] = args[2]
         return TaskView("failed", done_ms, str(args[1]), error=error)
-    if exc_type in _INFRASTRUCTURE_FAILURES:
+    if exc_type in INFRASTRUCTURE_FAILURES:
         detail = _exception_text(exc)
-        message = _INFRASTRUCTURE_FAILURES[exc_type] + (f": {detail}" if detail else "")
+        message = INFRASTRUCTURE_FAILURES[exc_type] + (f": {detail}" if detail else "")
         return TaskView("failed", done_ms, message, error={"code": INTERNAL_ERROR, "message": message})
     text = f"{TOOL_ERROR_PREFIX} {tool}: {exc_type}: {_exception_text(exc)}".rstrip(": ")
     if debug and meta.get("traceback"):

@@ -40,13 +40,24 @@ def parse_token_file(text: str) -> list[tuple[str, bytes]]:
 
 
 def new_token(principal: str, path: Path) -> str:
-    """A fresh random token (256 bits) for `principal`; only its digest is appended to `path`."""
+    """A fresh random token (256 bits) for `principal`; only its digest is appended to `path`.
+
+    The file and any missing folders above it are created, readable by their owner only.
+
+    Raises:
+        ConfigurationError: a bad principal name, a file the server could not read, or a path that
+            cannot be written (the message names it and says why).
+    """
     if not _PRINCIPAL.match(principal):
         raise ConfigurationError(f"bad principal name {principal!r}: no spaces or '#', at most 200 characters")
-    if path.exists():
-        parse_token_file(path.read_text())  # refuse to append to a file the server could not read
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "a") as out:
-        out.write(f"{principal} {hash_token(token)}\n")
+    try:
+        if path.exists():
+            parse_token_file(path.read_text())  # refuse to append to a file the server could not read
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as out:
+            out.write(f"{principal} {hash_token(token)}\n")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot write the token file {path}: {exc.strerror or exc}") from exc
     return token

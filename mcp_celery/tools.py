@@ -21,6 +21,7 @@ from typing_extensions import is_typeddict
 
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TASK_MODES, TaskMode, call_tool_result
+from mcp_celery.workflows import WorkflowSummary
 
 __all__ = ["AskFirst", "ToolSpec", "build_input_model", "registry"]
 
@@ -41,6 +42,13 @@ class ToolSpec:
     output_adapter: pydantic.TypeAdapter[Any] | None = None
     terminate_on_cancel: bool = False
     ask_first: AskFirst | None = None
+    #: How long a call from a client without the tasks extension waits for the job (None: the setting).
+    inline_s: float | None = None
+    #: The statusMessage of a running workflow this tool's job handed its task over to (None: the default).
+    workflow_summary: WorkflowSummary | None = None
+    #: The Celery options `mcp_celery.tool` was given (the others follow the app's configuration,
+    #: `mcp_celery.task_options`); None for an exposed task, whose options are its own.
+    given: frozenset[str] | None = None
     input_schema: dict[str, Any] = field(init=False)
     output_schema: dict[str, Any] | None = field(init=False)
 
@@ -49,6 +57,8 @@ class ToolSpec:
             raise ToolDefinitionError(
                 f"tool {self.name!r}: task mode must be one of {TASK_MODES}, not {self.task_mode!r}"
             )
+        if self.inline_s is not None and not self.inline_s > 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: inline_s must be a positive number of seconds")
         if self.ask_first is not None and self.task_mode == "forbidden":
             # MRTR answers are delivered to a task; a forbidden tool never has one.
             raise ToolDefinitionError(f"tool {self.name!r}: ask_first needs task mode 'optional' or 'required'")

@@ -7,6 +7,10 @@
         print((await handle.status()).status_message)
         await handle.cancel()
 
+Sampling requests (a job asking the client's model) go to `sampling_callback=`: `OpenAISampler(url, model)`
+for an OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp), `CommandSampler(command)` for a program,
+both with tool use (`sampling_capabilities=SAMPLING_WITH_TOOLS`).
+
 Needs only `mcp`: importing it imports neither celery nor redis.
 """
 
@@ -20,17 +24,22 @@ from mcp_celery.client._errors import (
 from mcp_celery.client._extension import TasksExtension, connect
 from mcp_celery.client._handle import TaskHandle, start_task
 from mcp_celery.client._journal import JOURNAL_ENV, Journal, JournalEntry, ServerTarget, default_journal_path
+from mcp_celery.client._openai import OpenAISampler
+from mcp_celery.client._sampling import SAMPLING_WITH_TOOLS, CommandSampler
 from mcp_celery.client._wire import TASKS_EXTENSION_ID, TERMINAL_STATUSES, CreateTaskResult, DetailedTask, TaskStatus
 
 __all__ = [
     "JOURNAL_ENV",
+    "SAMPLING_WITH_TOOLS",
     "TASKS_EXTENSION_ID",
     "TERMINAL_STATUSES",
+    "CommandSampler",
     "CreateTaskResult",
     "DetailedTask",
     "Journal",
     "JournalEntry",
     "NotATaskError",
+    "OpenAISampler",
     "ServerTarget",
     "TaskCancelledError",
     "TaskError",

@@ -1,12 +1,7 @@
 """`mcp-celery call` and `mcp-celery tasks list|get|wait|cancel`: the task client at a terminal. Wiring only.
 
-Exit status of `call` and `tasks wait`:
-
-    0  the task completed and the tool succeeded
-    1  the task completed with a tool error (`isError: true`)
-    2  usage error, or the server could not be reached or refused a request
-    3  the task failed (a JSON-RPC error)
-    4  the task was cancelled
+The exit statuses of `call` and `tasks wait` are EXIT_STATUSES; the other commands exit 0, or 2
+when they cannot do what was asked.
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -31,13 +27,23 @@ from mcp_celery.client._errors import NotATaskError
 from mcp_celery.client._extension import TasksExtension, connect
 from mcp_celery.client._handle import TaskHandle
 from mcp_celery.client._journal import Journal, ServerTarget
-from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal
+from mcp_celery.client._openai import API_KEY_ENV, OpenAISampler
+from mcp_celery.client._sampling import DEFAULT_TIMEOUT_S, SAMPLING_WITH_TOOLS, CommandSampler
+from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal, sample_at_terminal
 from mcp_celery.client._wire import DetailedTask
 
-__all__ = ["main", "parser", "register"]
+__all__ = ["EXIT_STATUSES", "TOKEN_ENV", "main", "parser", "register"]
 
 TOKEN_ENV = "MCP_CELERY_TOKEN"
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_FAILED, EXIT_CANCELLED = 0, 1, 2, 3, 4
+#: What each exit status of `call` and `tasks wait` means.
+EXIT_STATUSES = {
+    EXIT_OK: "the task completed and the tool succeeded",
+    EXIT_TOOL_ERROR: "the task completed with a tool error (`isError: true`)",
+    EXIT_USAGE: "usage error, or the server could not be reached or refused a request",
+    EXIT_FAILED: "the task failed (a JSON-RPC error)",
+    EXIT_CANCELLED: "the task was cancelled",
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,12 +57,13 @@ def parser() -> argparse.ArgumentParser:
 def register(commands: Any) -> None:
     """Add `call` and `tasks` to an argparse subparsers object."""
     call = commands.add_parser("call", help="call a tool as a task: progress, questions, Ctrl-C to cancel")
-    call.add_argument("tool")
+    call.add_argument("tool", help="the tool's name, as tools/list gives it")
     call.add_argument("--args", default="{}", help="the tool's arguments as a JSON object")
     call.add_argument("--url", help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp")
     call.set_defaults(server_command=[])
     call.epilog = "Start a stdio server instead of --url: mcp-celery call TOOL --args '{...}' -- COMMAND ARGS..."
     _common(call)
+    _sampling_options(call)
     tasks = commands.add_parser("tasks", help="the tasks in the local journal")
     actions = tasks.add_subparsers(dest="action", required=True)
     _common(actions.add_parser("list", help="the newest tasks, newest first"))
@@ -64,12 +71,60 @@ def register(commands: Any) -> None:
         parser = actions.add_parser(action, help=text)
         parser.add_argument("task_id", help="a task id from `tasks list` (a unique prefix is enough)")
         _common(parser)
+        if action == "wait":
+            _sampling_options(parser)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (default ${TOKEN_ENV})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--journal", help="journal file (default $MCP_CELERY_CLIENT_JOURNAL or the data dir)")
+
+
+def _sampling_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "sampling (a job asks the client's model)",
+        "At a terminal you type the model's answers, unless one of these answers them (or --no-sampling).",
+    )
+    group.add_argument(
+        "--sampling-url",
+        metavar="URL",
+        help="an OpenAI-compatible chat-completions endpoint, e.g. "
+        f"http://127.0.0.1:11434/v1 (Ollama); a key, if it needs one, in ${API_KEY_ENV}",
+    )
+    group.add_argument("--sampling-model", metavar="NAME", help="the model at --sampling-url, e.g. qwen2.5-coder:7b")
+    group.add_argument(
+        "--sampling-command",
+        metavar="CMD",
+        help="a program that reads each request as JSON on stdin and writes the result on stdout",
+    )
+    group.add_argument(
+        "--sampling-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"longest wait for one answer (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    group.add_argument("--no-sampling", action="store_true", help="do not offer sampling, even at a terminal")
+
+
+def _sampling(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    """The `connect()` options that answer sampling requests; none when this client offers no sampling."""
+    url, command, model = (getattr(args, f"sampling_{name}", None) for name in ("url", "command", "model"))
+    if url and command:
+        raise ValueError("give --sampling-url or --sampling-command, not both")
+    if model and not url:
+        raise ValueError("--sampling-model names the model at --sampling-url; give that too")
+    timeout = getattr(args, "sampling_timeout", DEFAULT_TIMEOUT_S)
+    if url:
+        callback: Any = OpenAISampler(url, model or "", timeout=timeout)
+    elif command:
+        callback = CommandSampler(command, timeout=timeout)
+    elif sys.stdin.isatty() and progress.console.is_terminal and not getattr(args, "no_sampling", False):
+        callback = sample_at_terminal(progress)
+    else:
+        return {}
+    return {"sampling_callback": callback, "sampling_capabilities": SAMPLING_WITH_TOOLS}
 
 
 def main(argv: list[str]) -> int:
@@ -95,9 +150,41 @@ def main(argv: list[str]) -> int:
     return EXIT_USAGE
 
 
+class RefusedError(Exception):
+    """The server refused a request over HTTP before JSON-RPC (401, 403, 413, 421); the message says why."""
+
+
+#: What an HTTP refusal means for the person at the terminal.
+REFUSED = {
+    401: f"401: the server refused the token (--token or {TOKEN_ENV})",
+    403: "403: the server refused the request (the token's scope, or an Origin it does not accept)",
+    413: "413: the request is larger than the server accepts (its MCP_CELERY_MAX_REQUEST_BYTES)",
+    421: "421: the server does not answer to the host name in --url (its MCP_CELERY_ALLOWED_HOSTS)",
+}
+
+
+def _refused(status: int, token: str | None) -> RefusedError:
+    if status == 401 and not token:
+        return RefusedError(f"401: this server needs a token (--token or {TOKEN_ENV})")
+    return RefusedError(REFUSED.get(status, f"{status}: the server refused the request"))
+
+
+@asynccontextmanager
+async def _explaining_refusals(extension: TasksExtension, token: str | None) -> AsyncIterator[None]:
+    """Turn the SDK's -32603 for an HTTP 401/403 into the refusal it was."""
+    try:
+        yield
+    except Exception as exc:
+        if extension.state.http_refusal is None:
+            raise
+        raise _refused(extension.state.http_refusal, token) from exc
+
+
 def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # task groups wrap what they raise
         exc = exc.exceptions[0]
+    if isinstance(exc, RefusedError):
+        return str(exc)
     if isinstance(exc, KeyError):
         return str(exc.args[0])
     if isinstance(exc, MCPError):
@@ -119,7 +206,11 @@ async def _call(args: argparse.Namespace, journal: Journal, console: Console) ->
     target = _target(args)
     extension = TasksExtension(journal=journal, target=target)
     progress = Progress(console)
-    async with connect(target, extension, token=args.token, elicitation_callback=elicit_at_terminal(progress)) as c:
+    answering = {"elicitation_callback": elicit_at_terminal(progress), **_sampling(args, progress)}
+    async with (
+        _explaining_refusals(extension, args.token),
+        connect(target, extension, token=args.token, **answering) as c,
+    ):
         try:
             handle = await extension.start(c, args.tool, arguments)
         except NotATaskError as inline:
@@ -132,12 +223,16 @@ async def _task_command(args: argparse.Namespace, journal: Journal, console: Con
     entry = journal.get(args.task_id)
     extension = TasksExtension(journal=journal, target=entry.target)
     progress = Progress(console)
-    elicit = elicit_at_terminal(progress)
-    async with connect(entry.target, extension, token=args.token, elicitation_callback=elicit) as client:
+    answering = {"elicitation_callback": elicit_at_terminal(progress), **_sampling(args, progress)}
+    async with (
+        _explaining_refusals(extension, args.token),
+        connect(entry.target, extension, token=args.token, **answering) as client,
+    ):
         handle = extension.attach(client, entry.task_id, entry.tool)
         if args.action == "cancel":
             await handle.cancel()
-            console.print(f"cancel requested for {entry.task_id}")
+            task = await handle.status()  # what the cancel left: still running, cancelled, or ended before it
+            print(_task_json(task) if args.json else _cancel_text(task))
             return EXIT_OK
         if args.action == "get":
             task = await handle.status()
@@ -200,8 +295,10 @@ def _report(task: DetailedTask, as_json: bool, console: Console) -> int:
 
 
 def _print_result(result: CallToolResult, as_json: bool) -> int:
+    """A result the server gave inline, without a task: with `--json` in the final task's shape, without an id."""
     if as_json:
-        print(result.model_dump_json(by_alias=True, exclude_none=True))
+        inline = {"taskId": None, "status": "completed", "result": result.model_dump(by_alias=True, exclude_none=True)}
+        print(json.dumps(inline))
     else:
         _print_text(result)
     return EXIT_TOOL_ERROR if result.is_error else EXIT_OK
@@ -219,6 +316,12 @@ def _print_text(result: CallToolResult) -> None:
 
 def _task_json(task: DetailedTask) -> str:
     return task.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def _cancel_text(task: DetailedTask) -> str:
+    if task.terminal and task.status != "cancelled":
+        return f"{task.task_id} had already ended {task.status}: the cancel changed nothing"
+    return f"cancel requested: {_task_text(task)}"
 
 
 def _task_text(task: DetailedTask) -> str:

@@ -91,12 +91,22 @@ class TasksExtension(ClientExtension):
         return final_result(await handle.wait())
 
 
+#: HTTP statuses of a request refused before JSON-RPC, noted in `TaskState.http_refusal`.
+REFUSALS = (401, 403, 413, 421)
+
+
 @asynccontextmanager
-async def _http_transport(url: str, token: str | None) -> AsyncIterator[Any]:
+async def _http_transport(url: str, token: str | None, state: TaskState) -> AsyncIterator[Any]:
     """Streamable HTTP with a bearer token; the transport leaves a client it was given open, so close it here."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
+
+    async def note_refusal(response: httpx2.Response) -> None:
+        if response.status_code in REFUSALS:
+            state.http_refusal = response.status_code
+
     # The SDK transport's own timeouts: a response stream (listen) may stay open a long time.
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)) as http:
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [note_refusal]}) as http:
         async with streamable_http_client(url, http_client=http) as streams:
             yield streams
 
@@ -114,9 +124,11 @@ def connect(
     A stdio target runs its command in `target.cwd` with this process's environment, its stderr going to
     `errlog`; `token` is sent as a bearer token to an HTTP target. `client_options` go
     to `Client` (`elicitation_callback=`, `sampling_callback=`, `list_roots_callback=`, ...).
+    An HTTP 401, 403, 413 or 421 (which the SDK reports as -32603 "Server returned an error
+    response") is noted in `extension.state.http_refusal`.
     """
     if target.url is not None:
-        transport: Any = _http_transport(target.url, token)
+        transport: Any = _http_transport(target.url, token, extension.state)
     else:
         command, *args = target.command
         params = StdioServerParameters(command=command, args=args, cwd=target.cwd, env=dict(os.environ))

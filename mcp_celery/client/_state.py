@@ -59,6 +59,9 @@ class TaskState:
         self.journal = journal
         self.target = target
         self.input_handler = input_handler
+        #: The HTTP status of the last request the server refused before JSON-RPC (401, 403, 413, 421):
+        #: the SDK reports those as -32603 "Server returned an error response", which says nothing.
+        self.http_refusal: int | None = None
         self._watches: dict[str, TaskWatch] = {}
         self._without_listen: weakref.WeakSet[ClientSession] = weakref.WeakSet()
 

@@ -6,23 +6,36 @@ Everything goes to stderr, so stdout carries only the result (`--json | jq` work
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import anyio
 from mcp.client import ClientRequestContext
-from mcp_types import ElicitRequestParams, ElicitResult
+from mcp_types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    CreateMessageResultWithTools,
+    ElicitRequestParams,
+    ElicitResult,
+    TextContent,
+    ToolUseContent,
+)
 from rich.console import Console
 from rich.markup import escape
 from rich.prompt import Confirm, FloatPrompt, IntPrompt, Prompt
 from rich.text import Text
 
+from mcp_celery.client._sampling import SamplingAnswer, declined
 from mcp_celery.client._wire import DetailedTask
 
-__all__ = ["Progress", "ask_yes_no", "elicit_at_terminal"]
+__all__ = ["Progress", "ask_yes_no", "elicit_at_terminal", "sample_at_terminal"]
+
+SHOWN_CHARS = 2000  # of each block of the conversation's last message
 
 _COLOURS = {"working": "cyan", "input_required": "yellow", "completed": "green", "failed": "red", "cancelled": "red"}
 
@@ -165,10 +178,70 @@ def ask_form(console: Console, params: ElicitRequestParams) -> ElicitResult:
 
 def elicit_at_terminal(progress: Progress) -> Any:
     """An SDK `elicitation_callback` that asks at this terminal, with the progress line paused."""
+    return _at_terminal(progress, ask_form)
 
-    async def elicit(ctx: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+
+def _at_terminal(progress: Progress, ask: Callable[[Console, Any], Any]) -> Any:
+    """An SDK callback running the blocking prompt `ask(console, params)` in a thread, the progress line paused."""
+
+    async def answer(ctx: ClientRequestContext, params: Any) -> Any:
         async with progress.paused():
-            result: ElicitResult = await anyio.to_thread.run_sync(ask_form, progress.console, params)
-        return result
+            return await anyio.to_thread.run_sync(ask, progress.console, params)
 
-    return elicit
+    return answer
+
+
+def _cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]} [... {len(text) - limit} more characters]"
+
+
+def _show_sampling(console: Console, params: CreateMessageRequestParams) -> None:
+    """The request as a person needs it: the system prompt, the tools, and the conversation's last message."""
+    console.print("[bold yellow]?[/] [bold]The server asks for a completion (sampling): you answer as the model.[/]")
+    if params.system_prompt:
+        console.print(f"[dim]system:[/] {escape(_cut(params.system_prompt, 400))}")
+    if params.tools:
+        console.print(f"[dim]tools:[/] {escape(', '.join(tool.name for tool in params.tools))}")
+    for block in params.messages[-1].content_as_list if params.messages else []:
+        if block.type == "text":
+            console.print(Text(_cut(block.text)))
+        elif block.type == "tool_result":
+            texts = " ".join(part.text for part in block.content if isinstance(part, TextContent))
+            console.print(
+                Text(f"[tool result {block.tool_use_id}{' (error)' if block.is_error else ''}] {_cut(texts)}")
+            )
+        elif block.type == "tool_use":
+            console.print(Text(f"[tool use {block.name}] {json.dumps(block.input)}"))
+        else:
+            console.print(f"[dim]({block.type} content)[/]")
+
+
+def ask_sampling(console: Console, params: CreateMessageRequestParams) -> SamplingAnswer:
+    """One typed reply: text, or `/tool NAME {json}` when the request offers tools; Ctrl-D declines."""
+    _show_sampling(console, params)
+    tools = {tool.name for tool in params.tools or []}
+    hint = " (or /tool NAME {json arguments})" if tools else ""
+    while True:
+        try:
+            line = console.input(Text(f"reply{hint}: ")).strip()
+        except EOFError:
+            return declined("the user declined at the terminal")
+        if tools and line.startswith("/tool "):
+            name, _, raw = line.removeprefix("/tool ").strip().partition(" ")
+            try:
+                arguments = json.loads(raw or "{}")
+            except ValueError:
+                arguments = None
+            if name not in tools or not isinstance(arguments, dict):
+                console.print(f"[red]/tool NAME {{json object}}, NAME one of: {escape(', '.join(sorted(tools)))}[/]")
+                continue
+            use = ToolUseContent(name=name, id=f"typed-{uuid.uuid4().hex[:12]}", input=arguments)
+            return CreateMessageResultWithTools(role="assistant", content=[use], model="typed", stop_reason="toolUse")
+        if line:
+            content = TextContent(type="text", text=line)
+            return CreateMessageResult(role="assistant", content=content, model="typed", stop_reason="endTurn")
+
+
+def sample_at_terminal(progress: Progress) -> Any:
+    """An SDK `sampling_callback` that asks the person at this terminal, with the progress line paused."""
+    return _at_terminal(progress, ask_sampling)

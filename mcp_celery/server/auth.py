@@ -32,12 +32,15 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_celery.errors import ConfigurationError
+from mcp_celery.server import metrics
 from mcp_celery.settings import Settings
 from mcp_celery.tokens import hash_token, parse_token_file
 
 __all__ = [
+    "CountedRefusals",
     "JwtVerifier",
     "StaticTokenVerifier",
     "auth_settings",
@@ -231,6 +234,38 @@ class _AnyOf:
             if found is not None:
                 return found
         return None
+
+
+# ---------------------------------------------------------------- counting refusals
+
+
+class CountedRefusals:
+    """ASGI middleware around the authenticated MCP app: counts each HTTP 401 in `auth_failures{reason}`.
+
+    Counted at the response, not in the verifiers: the SDK refuses a request without a bearer token
+    (`missing`) before any verifier runs, and refuses an expired or foreign token (`rejected`) after.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not metrics.enabled():
+            await self.app(scope, receive, send)
+            return
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 401:
+                metrics.record_auth_failure("rejected" if _bearer_sent(scope) else "missing")
+            await send(message)
+
+        await self.app(scope, receive, counting)
+
+
+def _bearer_sent(scope: Scope) -> bool:
+    return any(
+        name.lower() == b"authorization" and value[:7].lower() == b"bearer " for name, value in scope.get("headers", ())
+    )
 
 
 # ---------------------------------------------------------------- wiring

@@ -23,14 +23,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from celery import Celery
 from kombu.transport.redis import PRIORITY_STEPS
 from kombu.utils.json import dumps as kombu_dumps
 
+from mcp_celery.binding import broker_url, queues_readable
+from mcp_celery.store.connect import AsyncRedis, RedisTarget, async_client, redis_target
 from mcp_celery.store.schema import as_text
 
-__all__ = ["DELIVERED", "NOWHERE", "QUEUED", "STALE", "RedisBroker", "Whereabouts"]
+__all__ = ["DELIVERED", "NOWHERE", "QUEUED", "STALE", "RedisBroker", "Whereabouts", "broker_target"]
 
 NOWHERE, QUEUED, DELIVERED, STALE = 0, 1, 2, 3
 
@@ -120,10 +121,31 @@ class Whereabouts:
     entry: str = ""
 
 
+def broker_target(app: Celery) -> RedisTarget | None:
+    """The app's Redis broker as a connection target (one server, TLS or Sentinel's master); None for
+    RabbitMQ and the rest.
+
+    Raises:
+        ConfigurationError: a Redis broker URL that cannot work.
+    """
+    if not queues_readable(app):
+        return None
+    url = broker_url(app)
+    if url.startswith("sentinel://"):
+        options = app.conf.broker_transport_options or {}
+        return redis_target(
+            url,
+            master_name=options.get("master_name"),
+            sentinel_kwargs=options.get("sentinel_kwargs"),
+            setting="the Celery broker",
+        )
+    return redis_target(url.split(";")[0].strip(), setting="the Celery broker")  # failover lists: the first
+
+
 class RedisBroker:
     """A Celery app's Redis broker, as kombu lays it out."""
 
-    def __init__(self, client: aioredis.Redis, options: Mapping[str, Any]) -> None:
+    def __init__(self, client: AsyncRedis, options: Mapping[str, Any]) -> None:
         self.redis = client
         self.prefix = str(options.get("global_keyprefix", ""))
         self.sep = str(options.get("sep", "\x06\x16"))
@@ -135,12 +157,16 @@ class RedisBroker:
 
     @classmethod
     def of_app(cls, app: Celery) -> RedisBroker | None:
-        """The app's broker when it is Redis (None for RabbitMQ and the rest)."""
-        url = str(app.conf.broker_read_url or app.conf.broker_url or "").split(";")[0].strip()
-        if not url.startswith(("redis://", "rediss://")):
+        """The app's broker when it is Redis: one server, TLS or Sentinel's master (None for RabbitMQ and the rest).
+
+        Raises:
+            ConfigurationError: a Redis broker URL that cannot work.
+        """
+        target = broker_target(app)
+        if target is None:
             return None
-        client = aioredis.Redis.from_url(url, client_name="mcp-celery-server-broker")
-        return cls(client, app.conf.broker_transport_options or {})
+        options = app.conf.broker_transport_options or {}
+        return cls(async_client(target, client_name="mcp-celery-server-broker"), options)
 
     def queue_key(self, queue: str, priority: Any = None) -> str:
         """The list holding `queue`'s messages of `priority` (kombu's `_q_for_pri`)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pydantic
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import decode_header_value
@@ -29,9 +30,11 @@ from mcp_celery.protocol import (
 from mcp_celery.server.auth import request_principal
 
 __all__ = [
+    "NAME_MISMATCH_MESSAGE",
     "RequestContext",
     "check_task_name",
     "client_capabilities",
+    "input_responses",
     "missing_capability",
     "principal",
     "require_tasks_extension",
@@ -40,6 +43,9 @@ __all__ = [
 ]
 
 RequestContext = ServerRequestContext[Any, Any]
+
+#: The -32020 message of a tasks/* request whose Mcp-Name header names another task.
+NAME_MISMATCH_MESSAGE = "Mcp-Name header does not match params.taskId"
 
 
 def tasks_declared(ctx: RequestContext) -> bool:
@@ -66,6 +72,16 @@ def client_capabilities(ctx: RequestContext) -> dict[str, Any]:
     return {} if caps is None else caps.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+def input_responses(params: Any) -> dict[str, Any]:
+    """The request's `inputResponses` (MRTR answers) as plain JSON values, by key."""
+    return {
+        key: value.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if isinstance(value, pydantic.BaseModel)
+        else value
+        for key, value in (getattr(params, "input_responses", None) or {}).items()
+    }
+
+
 def check_task_name(ctx: RequestContext, task_id: str) -> None:
     """A tasks/* request's Mcp-Name header, when present, must name its task (-32020 otherwise)."""
     headers = getattr(ctx.request, "headers", None)
@@ -73,7 +89,7 @@ def check_task_name(ctx: RequestContext, task_id: str) -> None:
         return
     name = headers.get("mcp-name")
     if name is not None and decode_header_value(name) != task_id:
-        raise MCPError(HEADER_MISMATCH, "Mcp-Name header does not match params.taskId")
+        raise MCPError(HEADER_MISMATCH, NAME_MISMATCH_MESSAGE)
 
 
 def principal(ctx: RequestContext) -> str:

@@ -7,6 +7,12 @@ hears about any task, whichever replica created it and whichever worker runs it,
 connection per process, subscribed to the channels of the tasks someone on this process is
 watching, and only those.
 
+On a cluster store the channels are sharded (SSUBSCRIBE; the scripts SPUBLISH, Redis 7): each
+task's channel lives in its task's slot, so a change is sent to the node that holds the task and
+to nobody else, and the listener holds one connection per node it listens on. redis-py's cluster
+pub/sub reads its nodes in turn (so each read waits briefly, `SHARDED_READ_S`), and its turn
+keeps a node whose last channel went: the listener then starts a fresh one (`_renew`).
+
 Pub/sub rather than streams: a message only says "look again", and the state itself is read
 from the record (one round trip, exactly what `tasks/get` returns), so nothing needs replay: a
 watcher subscribes first and then reads, and misses nothing. Streams would add per-task
@@ -19,14 +25,19 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+from mcp_celery.store.connect import AsyncRedis
 
 __all__ = ["TaskEvents", "Watcher"]
 
 logger = logging.getLogger(__name__)
+
+#: How long one read of a cluster node's sharded channels waits before the next node's turn.
+SHARDED_READ_S = 0.05
 
 
 class Watcher:
@@ -53,12 +64,17 @@ class Watcher:
 class TaskEvents:
     """One pub/sub connection for the process; channels are subscribed while someone watches them."""
 
-    def __init__(self, client: aioredis.Redis, channel_of: Callable[[str], str]) -> None:
+    def __init__(self, client: AsyncRedis, channel_of: Callable[[str], str], *, sharded: bool = False) -> None:
         self._client = client
         self._channel_of = channel_of
-        self._pubsub = client.pubsub()
+        self._sharded = sharded
+        self._pubsub: Any = client.pubsub()
         self._watchers: dict[bytes, dict[Watcher, str]] = {}
         self._subscribed = anyio.Event()  # set once the listener has a channel to read
+        # Subscription changes one at a time, each on the pub/sub current when its turn comes: one
+        # started on a pub/sub that `_renew` closes meanwhile would hold a connection nobody reads.
+        self._lock = anyio.Lock()
+        self._stale = False  # the last renewal failed: the listener tries again
 
     @property
     def channels(self) -> int:
@@ -83,7 +99,7 @@ class TaskEvents:
             self._watchers[channel][watcher] = task_id
         try:
             if new:
-                await self._pubsub.subscribe(*new)
+                await self._subscribe(new)
                 self._subscribed.set()
             yield watcher
         finally:
@@ -95,13 +111,18 @@ class TaskEvents:
         while True:
             await self._subscribed.wait()
             try:
-                message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                message = await self._next_message()
             except (RedisError, OSError):
                 logger.warning("task event listener lost its Redis connection; resubscribing", exc_info=True)
                 await anyio.sleep(0.5)
                 await self._resubscribe()
                 continue
-            if message is not None and message.get("type") == "message":
+            except RuntimeError:
+                if not self._sharded:
+                    raise
+                await self._resubscribe()  # the cluster pub/sub's turn reached a node it had let go
+                continue
+            if message is not None and message.get("type") in ("message", "smessage"):
                 for watcher, task_id in list(self._watchers.get(bytes(message["channel"]), {}).items()):
                     watcher.mark(task_id)
 
@@ -118,11 +139,27 @@ class TaskEvents:
                 if not watchers:
                     del self._watchers[channel]
                     gone.append(channel)
-        if gone:
+        if gone and self._sharded and not self._watchers:
+            await self._resubscribe()  # a fresh cluster pub/sub, holding no connection, for the next watch
+        elif gone:
             try:
-                await self._pubsub.unsubscribe(*gone)
+                await (self._pubsub.sunsubscribe(*gone) if self._sharded else self._pubsub.unsubscribe(*gone))
             except (RedisError, OSError):
                 logger.warning("could not unsubscribe from %d task channels", len(gone), exc_info=True)
+
+    async def _subscribe(self, channels: list[bytes]) -> None:
+        await (self._pubsub.ssubscribe(*channels) if self._sharded else self._pubsub.subscribe(*channels))
+
+    async def _next_message(self) -> dict[str, Any] | None:
+        if self._sharded:
+            if not self._watchers:
+                self._subscribed = anyio.Event()  # nothing to read until the next watch
+                return None
+            message: dict[str, Any] | None = await self._pubsub.get_sharded_message(
+                ignore_subscribe_messages=True, timeout=SHARDED_READ_S
+            )
+            return message
+        return await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)  # type: ignore[no-any-return]
 
     async def _resubscribe(self) -> None:
         """A new connection, every watched channel again, and a look at every watched task (pings were lost)."""
@@ -130,7 +167,7 @@ class TaskEvents:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
             self._pubsub = self._client.pubsub()
             if self._watchers:
-                await self._pubsub.subscribe(*self._watchers)
+                await self._subscribe(list(self._watchers))
         except (RedisError, OSError):
             logger.warning("task event listener could not resubscribe", exc_info=True)
             return

@@ -2,37 +2,148 @@
 
 Server tier. Every 2026-07-28 request is a stateless POST, so any number of server processes
 (`--workers N`) or replicas serve the same tasks: task state lives in Redis only.
+
+Two SDK apps serve the one server: one answers every request with plain JSON, the other may answer
+with an SSE stream, which is what lets a request receive notifications (`notifications/progress`
+while a plain call waits for its job). SSE costs every request the SDK's streaming machinery
+(measured: about half a millisecond of CPU and more latency per `tools/call`), so only a POST whose
+body carries a `progressToken` takes the streaming app; `subscriptions/listen` streams in either.
+
+In front of both, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint and its
+authentication (`mcp_celery.server.operations`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import AsyncExitStack
+from typing import Any
 
 from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from mcp_celery.celery_app import load_app
-from mcp_celery.server import auth
+from mcp_celery.server import auth, metrics
 from mcp_celery.server.app import create_server
+from mcp_celery.server.operations import OperationsRoutes
+from mcp_celery.server.probes import Readiness
+from mcp_celery.server.refusals import RewordedRefusals
 from mcp_celery.settings import Settings
 
-__all__ = ["APP_ENV", "HOST_ENV", "PORT_ENV", "http_app", "http_app_from_env"]
+__all__ = ["APP_ENV", "HOST_ENV", "PORT_ENV", "ProgressRouter", "http_app", "http_app_from_env", "metrics_app"]
 
 #: How `serve --http --workers N` hands the app, host and port to each uvicorn worker process.
 APP_ENV, HOST_ENV, PORT_ENV = "MCP_CELERY_APP", "MCP_CELERY_HOST", "MCP_CELERY_PORT"
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
-def http_app(app_spec: str, host: str, port: int) -> Starlette:
+#: How a request asks for progress notifications (`params._meta.progressToken`), as bytes in its body.
+_PROGRESS_TOKEN = b'"progressToken"'
+
+
+def http_app(app_spec: str, host: str, port: int) -> ASGIApp:
     """The ASGI app serving the tools of the Celery app at `app_spec` (`module` or `module:app`).
 
     With authentication configured, requests need a valid bearer token (401 otherwise) and the
     RFC 9728 protected resource metadata is served; Host and Origin are checked in any case.
+    The SDK's bare refusals (413, 421, 403, JSON that is not JSON-RPC) are reworded to say
+    what to set (`mcp_celery.server.refusals`).
+
+    Raises:
+        ConfigurationError: the app cannot back MCP tasks, or the authentication settings are incomplete.
     """
     settings = Settings()
-    server = create_server(load_app(app_spec), settings)
+    metrics.configure(settings)
+    celery_app = load_app(app_spec)
+    server = create_server(celery_app, settings)
     options = auth.http_app_options(settings, host, port)
-    return server.streamable_http_app(stateless_http=True, json_response=True, **options)
+    json_app = server.streamable_http_app(stateless_http=True, json_response=True, **options)
+    streaming_app = server.streamable_http_app(stateless_http=True, json_response=False, **options)
+    # The SDK's bare refusals (413, 421, 403, a body that is not JSON-RPC) say what to do.
+    mcp: ASGIApp = RewordedRefusals(ProgressRouter(json_app, streaming_app, settings.max_request_bytes), settings)
+    if "token_verifier" in options:
+        mcp = auth.CountedRefusals(mcp)
+    # The probes and /metrics answer before the MCP app's Host check and authentication.
+    readiness = Readiness(celery_app, settings)
+    return OperationsRoutes(mcp, readiness, settings, serve_metrics=settings.metrics_port is None)
 
 
-def http_app_from_env() -> Starlette:
+def metrics_app(app_spec: str) -> ASGIApp:
+    """The ASGI app of `--metrics-port`: /metrics, /healthz and /readyz only (404 for the rest).
+
+    It runs in the process that started the server processes: /metrics sums theirs (multiprocess
+    mode) or, with a single process, shows that process's own.
+    """
+    settings = Settings()
+    metrics.configure(settings)
+    return OperationsRoutes(None, Readiness(load_app(app_spec), settings), settings, serve_metrics=True)
+
+
+def http_app_from_env() -> ASGIApp:
     """ASGI app factory for `serve --http --workers N`: each worker process builds its own server."""
     return http_app(os.environ[APP_ENV], os.environ[HOST_ENV], int(os.environ[PORT_ENV]))
+
+
+class ProgressRouter:
+    """Sends a POST that asks for progress to the streaming app, every other request to the JSON app.
+
+    Both apps' lifespans run, nested, in this app's one lifespan; they enter the same server
+    lifespan, which `create_server` makes shared (started once, stopped by the last to leave).
+    """
+
+    def __init__(self, json_app: Starlette, streaming_app: Starlette, max_body_bytes: int) -> None:
+        self.json_app = json_app
+        self.streaming_app = streaming_app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] != "http" or scope.get("method") != "POST":
+            await self.json_app(scope, receive, send)
+        else:
+            await self._post(scope, receive, send)
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Read at most one byte over the limit: a larger body goes on to the JSON app, which answers 413.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more and size <= self.max_body_bytes:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away while sending
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = bool(message.get("more_body"))
+        body = b"".join(chunks)
+        app = self.streaming_app if _PROGRESS_TOKEN in body else self.json_app
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # the rest of the body, if any, then http.disconnect
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": more}
+
+        await app(scope, replay, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """The ASGI lifespan protocol, running both apps' lifespans for as long as the server runs."""
+        await receive()  # lifespan.startup
+        async with AsyncExitStack() as stack:
+            try:
+                for app in (self.json_app, self.streaming_app):
+                    await stack.enter_async_context(app.router.lifespan_context(app))
+            except Exception as exc:  # noqa: BLE001 - reported to the ASGI server, which logs it and exits
+                await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                raise
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+        metrics.process_stopped()
+        await send({"type": "lifespan.shutdown.complete"})

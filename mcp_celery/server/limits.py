@@ -17,19 +17,24 @@ from typing import Any, TypeVar
 import anyio
 import mcp_types as types
 import pydantic
+from kombu.exceptions import OperationalError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from mcp_celery.protocol import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_celery.redact import redact
 from mcp_celery.settings import Settings
-from mcp_celery.store.aio import AsyncStore
+from mcp_celery.store.aio import AsyncStore, NotReplicated
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = [
     "AnswerUnreadable",
     "QUOTA_EXCEEDED",
+    "STORE_UNAVAILABLE",
     "check_arguments",
     "check_input_responses",
     "describe",
@@ -44,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 #: JSON-RPC "Invalid Request": the request is well formed but this principal may not create more tasks now.
 QUOTA_EXCEEDED = -32600
+
+#: What a client is told while the task store cannot be reached (Redis restarting, a Sentinel failover).
+STORE_UNAVAILABLE = "the task store (Redis) is unavailable right now, e.g. failing over to a replica; try again"
 
 R = TypeVar("R")
 
@@ -150,9 +158,14 @@ def quota_error(live: int, limit: int) -> MCPError:
 
 
 def describe(exc: BaseException, settings: Settings) -> str:
-    """What a client may see of an unexpected exception: its type, and its message only in debug mode."""
+    """What a client may see of an unexpected exception: its type, and its message only in debug mode.
+
+    A broker or Redis that cannot be reached (restarting, failing over) is said as such: worth a retry.
+    """
     if settings.debug:
         return redact(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | ReadOnlyError | OperationalError | OSError):
+        return "the broker or Redis is unreachable right now, e.g. failing over to a replica; try again"
     return "internal error (the server log has the details)"
 
 
@@ -169,6 +182,12 @@ def safe_errors(settings: Settings, handler: Callable[[Any, Any], Awaitable[R]])
             return await handler(ctx, params)
         except (MCPError, pydantic.ValidationError):
             raise  # the SDK maps these itself (a ValidationError to -32602 without pydantic's text)
+        except NotReplicated as exc:
+            raise MCPError(INTERNAL_ERROR, f"{exc}: send it again") from exc
+        except (RedisConnectionError, RedisTimeoutError, ReadOnlyError) as exc:
+            # Not a bug: Redis went away (restart, failover) and redis-py's retries ran out. Says so, and no more.
+            logger.warning("%s: %s", getattr(ctx, "method", "request"), redact(str(exc)) or type(exc).__name__)
+            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
         except Exception as exc:
             logger.exception("%s failed", getattr(ctx, "method", "request"))
             raise MCPError(INTERNAL_ERROR, describe(exc, settings)) from exc

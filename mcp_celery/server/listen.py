@@ -23,9 +23,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from mcp_celery.protocol import INVALID_PARAMS, TASKS_NOTIFICATION, now_ms
-from mcp_celery.server import envelope, limits
+from mcp_celery.server import envelope, limits, metrics
 from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.handlers import visible_tasks
 from mcp_celery.server.service import TaskService
 from mcp_celery.status import TaskView
 from mcp_celery.store.schema import TaskRecord
@@ -55,11 +54,27 @@ async def listen(
     core = _honored_core(requested)
     meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
     acceptable = [task_id for task_id in task_ids if limits.task_id_acceptable(service.settings, task_id)]
+    with metrics.listen_stream():
+        await _serve(service, ctx, acceptable, core, meta, task_ids=bool(task_ids))
+    return types.SubscriptionsListenResult(_meta=meta)
+
+
+async def _serve(
+    service: TaskService,
+    ctx: RequestContext,
+    acceptable: list[str],
+    core: dict[str, Any],
+    meta: dict[str, Any],
+    *,
+    task_ids: bool,
+) -> None:
+    """Acknowledge the subscription, then stream the tasks' states until they end (or the client goes)."""
+    subscription_id = ctx.request_id
     async with service.events.watch(acceptable) as watcher:
         # Watching before the one read of every task (which both checks it is the caller's and
         # gives its first state): a change between the read and the wait is not lost. Channels of
         # ids that turn out unknown or foreign carry only "look again", which nobody acts on.
-        first = await visible_tasks(service, ctx, acceptable)
+        first = await service.find_many(envelope.principal(ctx), acceptable)
         owned = [task_id for task_id in acceptable if task_id in first]
         acknowledged = types.SubscriptionFilter.model_validate({**core, **({"taskIds": owned} if task_ids else {})})
         await ctx.session.send_notification(
@@ -69,7 +84,6 @@ async def listen(
             related_request_id=subscription_id,
         )
         await _stream(service, ctx, first, meta, watcher.changed, keep_open=bool(core))
-    return types.SubscriptionsListenResult(_meta=meta)
 
 
 def _requested_task_ids(ctx: RequestContext, requested: types.SubscriptionFilter) -> list[str]:

@@ -32,8 +32,9 @@ from typing import Any
 
 import anyio
 import redis
-import redis.asyncio as aioredis
 from celery import Celery
+
+from mcp_celery.store.connect import AsyncRedis, RedisTarget, async_client
 
 __all__ = ["Command", "Publisher"]
 
@@ -69,21 +70,17 @@ class _KeptBatch:
         """Nothing was acquired."""
 
 
-def _redis_target(kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(kwargs.get(k) for k in ("host", "port", "db", "username", "password"))
-
-
 class Publisher:
     """Builds and sends the messages of one Celery app; `aclose` when done."""
 
-    def __init__(self, app: Celery, store_redis: aioredis.Redis) -> None:
+    def __init__(self, app: Celery, store: RedisTarget) -> None:
         self.app = app
-        self._store_redis = store_redis
+        self._store = store
         self._connection: Any = None
         self._channel: Any = None
         self._producer: Any = None
         self._kept: _KeptBatch | None = None
-        self._broker_redis: aioredis.Redis | None = None
+        self._broker_redis: AsyncRedis | None = None
         self._decided = False  # whether the broker is known to be plain Redis (native) or not
         self._retry_at = 0.0  # after a failed look at the broker, when to look again
         self._lock = anyio.Lock()
@@ -140,13 +137,17 @@ class Publisher:
         producer = self.app.amqp.Producer(channel, auto_declare=False)
         producer.maybe_declare(self.app.amqp.default_queue)  # as apply_async would, once, off the loop
         channel.create_publish_batch = self._new_batch
-        target = _redis_target(pool.connection_kwargs)
-        self.shares_store = target == _redis_target(self._store_redis.connection_pool.connection_kwargs)
+        kwargs = pool.connection_kwargs
+        broker = RedisTarget.tcp(
+            kwargs.get("host") or "localhost",
+            int(kwargs.get("port") or 6379),
+            int(kwargs.get("db") or 0),
+            kwargs.get("username"),
+            kwargs.get("password"),
+        )
+        self.shares_store = broker.tcp_address() == self._store.tcp_address()
         if not self.shares_store:
-            host, port, db, username, password = target
-            self._broker_redis = aioredis.Redis(
-                host=host, port=port, db=db, username=username, password=password, client_name="mcp-celery-publish"
-            )
+            self._broker_redis = async_client(broker, client_name="mcp-celery-publish")
         self._producer = producer
 
     def _new_batch(self, max_size: int) -> _KeptBatch:

@@ -14,7 +14,8 @@ overdue ones; none of them is special, and what they decide is a check-and-set i
   moved back to its queue now.
 * A job whose message a worker took (acked early, at-most-once) but which has not started: the
   worker's main process marks the task `taken` just before the ack and beats the mark until the
-  job starts (`mcp_celery.worker.taken`), so it is overdue only if that worker was lost; reading
+  job starts (`mcp_celery.worker.taken`; from then on the heartbeat counts, and the mark is ignored),
+  so it is overdue only if that worker was lost; reading
   the task freezes it `failed` ("the worker that took the job's message was lost before the job
   started"), with any broker. A job refused at its start once the task is frozen never runs.
 * A job that has not started otherwise: its message is looked for in its queue and the unacked hash.
@@ -23,8 +24,9 @@ overdue ones; none of them is special, and what they decide is a check-and-set i
   (a dead worker held it unstarted), it is moved back to its queue, at-most-once or not, since
   only one delivery can ever start a job (JOB_START refuses a second). Found nowhere twice, a
   period apart (a message in flight between BRPOP and kombu's unacked copy is seen again by
-  then, one acked early is marked `taken`), the task ends `failed`: no worker has its message,
-  none ever will.
+  then; one acked early has started or been marked `taken` by then, since with a Redis broker
+  the worker marks it only if it has not started a moment after the ack), the task ends
+  `failed`: no worker has its message, none ever will.
 
 With RabbitMQ there is no queue to look into, and no need: the broker redelivers a closed
 channel's unacked messages by itself, and an early-acked one is marked `taken` as above. Left
@@ -37,13 +39,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from celery import Task
-
+from mcp_celery import logs
+from mcp_celery.binding import queue_of
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.broker import NOWHERE, STALE, RedisBroker
-from mcp_celery.status import TaskView
+from mcp_celery.status import TaskView, lost_entry
 
 if TYPE_CHECKING:
     from mcp_celery.server.service import TaskService
@@ -116,20 +118,20 @@ class Reaper:
         return found is None or found[1].terminal
 
     def _sought(self, tool: str, alive_ms: int | None, now: int) -> _Sought | None:
-        spec = self.service.tools.get(tool)
-        if spec is None or self.broker is None:
+        celery_task = self.service.celery_task(tool)  # a tool's, or a workflow member's
+        if celery_task is None or self.broker is None:
             return None
         queue = self._queues.get(tool)
         if queue is None:
             try:
-                queue = self._queues[tool] = _queue_of(spec.celery_task)
+                queue = self._queues[tool] = queue_of(celery_task)
             except Exception:  # noqa: BLE001 - a router we cannot follow must not stop the sweep
                 logger.warning("tool %r: cannot tell its queue; its lost messages go unnoticed", tool, exc_info=True)
                 queue = self._queues[tool] = ""
         if not queue:
             return None
         started = alive_ms is not None
-        if started and not spec.redelivered_on_loss:
+        if started and not self.service.redelivered_on_loss(tool):
             return _Sought(queue, True, 0.0)  # a started at-most-once job never runs again
         # A delivery from before the heartbeat ran out belongs to the lost run; one not started
         # within the heartbeat timeout of its delivery has lost its worker too (no prefetch). Such
@@ -164,24 +166,20 @@ class Reaper:
             record = found[0]
             if (record.alive_until_ms is not None) != started or (record.alive_until_ms or 0) > now:
                 return  # a job started (or beat) meanwhile: not lost
-            if record.taken_until_ms is not None:
+            if record.alive_until_ms is None and record.taken_until_ms is not None:
                 return  # a worker took the message meanwhile: its mark tells (read_view above when run out)
             if record.cancel_ms is not None:
-                # Cancelled: a worker drops a revoked message; the task reads cancelled after the grace.
+                # Cancelled after its job started (an unstarted one is cancelled at once): the task
+                # reads cancelled once the grace runs out.
                 await self.service.store.recheck([task_id], now + self.check_ms)
                 return
             message = LOST_WITH_WORKER if started else LOST_BEFORE_START
-            logger.warning("task %s: %s", task_id, message)
-            view = TaskView("failed", now, message, error={"code": INTERNAL_ERROR, "message": message})
-            await self.service.store.freeze(task_id, view.to_json())
+            fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="lost")
+            logger.warning("task %s: %s", task_id, message, extra=fields)
+            view = TaskView("failed", now, message, error={"code": INTERNAL_ERROR, "message": message}, lost=True)
+            await self.service.store.freeze(task_id, view.to_json(), ended=lost_entry(record, view))
         await self.service.store.forget_live([task_id])
 
     async def aclose(self) -> None:
         if self.broker is not None:
             await self.broker.aclose()
-
-
-def _queue_of(celery_task: Task[Any, Any]) -> str:
-    """The queue Celery routes the task's messages to, as `apply_async` does (its options, then the router)."""
-    task: Any = celery_task
-    return str(task.app.amqp.router.route(task._get_exec_options(), task.name, task_type=task)["queue"].name)

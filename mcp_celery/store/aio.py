@@ -5,20 +5,31 @@ round trip, as the worker's writes do.
 
 Round trips: `read` (the whole of `tasks/get`) is one HGETALL on the record; `create` is one
 pipeline (HSET and EXPIRE, plus the owner's index under a quota).
+
+Acknowledged means replicated, when asked (`mcp_celery.store.replication`): an answer and a cancel
+run in one pipeline with a WAIT for the replicas, and `confirm_replicated` does the same for a new
+task once its job is queued, on a connection that finds the task's record there. Fewer replicas in
+time raise `NotReplicated`, after the client has asked the sentinels for the primary again.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import redis.asyncio as aioredis
+from typing import Any, Literal, cast
 
 from mcp_celery.store import scripts
-from mcp_celery.store.schema import FIELD, Keys, Lifetimes, TaskRecord, as_text, decode_hash
+from mcp_celery.store.commands import AsyncPipelined, is_cluster, publish_command, queue_script
+from mcp_celery.store.connect import AsyncRedis, rediscover_primary_async
+from mcp_celery.store.ended import STREAM_MAXLEN, EndedEntry
+from mcp_celery.store.replication import NotOnPrimary, NotReplicated, check_replicas, queue_wait
+from mcp_celery.store.schema import FIELD, Durability, Keys, Lifetimes, TaskRecord, as_text, decode_hash
 
-__all__ = ["AsyncStore"]
+__all__ = ["AsyncStore", "CancelOutcome", "NotReplicated"]
+
+#: What a cancel found: a job not started yet (now cancelled), a started one (told), or an ended task.
+CancelOutcome = Literal["unstarted", "started", "ended"]
 
 
 def _pairs(items: Mapping[str, str]) -> list[str]:
@@ -28,12 +39,20 @@ def _pairs(items: Mapping[str, str]) -> list[str]:
 class AsyncStore:
     """The server's view of the store."""
 
-    def __init__(self, client: aioredis.Redis, keys: Keys, lifetimes: Lifetimes) -> None:
+    def __init__(
+        self, client: AsyncRedis, keys: Keys, lifetimes: Lifetimes, durability: Durability | None = None
+    ) -> None:
         self.redis = client
         self.keys = keys
         self.lifetimes = lifetimes
-        self._answer = client.register_script(scripts.ANSWER)
-        self._freeze = client.register_script(scripts.FREEZE)
+        self.durability = durability or Durability()
+        publish = publish_command(client)
+        #: Whether the scripts add endings to the ended stream (not on a cluster: `mcp_celery.store.ended`).
+        self.streams = not is_cluster(client)
+        self._answer = client.register_script(scripts.publishing(scripts.ANSWER, publish))
+        self._freeze = client.register_script(scripts.publishing(scripts.FREEZE, publish))
+        self._cancel = client.register_script(scripts.publishing(scripts.CANCEL, publish))
+        self._pipelined = AsyncPipelined(client, [self._answer, self._cancel])
 
     async def create(
         self,
@@ -83,9 +102,27 @@ class AsyncStore:
     async def disown(self, owner: str, task_ids: list[str]) -> None:
         await self.redis.zrem(self.keys.owner_tasks(owner), *task_ids)
 
-    async def read(self, task_id: str) -> TaskRecord | None:
-        """The record (with the job's progress and outcome), in one round trip."""
-        raw = await self.redis.hgetall(self.keys.task(task_id))  # type: ignore[misc]
+    async def read(self, task_id: str, *, confirmed: bool = False) -> TaskRecord | None:
+        """The record (with the job's progress and outcome), in one round trip.
+
+        `confirmed`, with `Durability.min_replicas`: read in one pipeline with a WAIT, so that what it
+        shows is on enough replicas (a primary that Sentinel replaced while it stalled shows writes
+        it is about to drop, and lacks the new primary's).
+
+        Raises:
+            NotReplicated: `confirmed`, and too few replicas confirmed in time.
+        """
+        key = self.keys.task(task_id)
+        if not (confirmed and self.durability.min_replicas):
+            raw = await self.redis.hgetall(key)  # type: ignore[misc]
+            return TaskRecord.from_hash(task_id, decode_hash(raw))
+
+        def build(pipe: Any) -> None:
+            pipe.hgetall(key)
+            queue_wait(pipe, self.durability)
+
+        raw, replicas = await self._pipelined(build)
+        await self._check_replicas("the task's state", replicas)
         return TaskRecord.from_hash(task_id, decode_hash(raw))
 
     async def read_many(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
@@ -98,25 +135,113 @@ class AsyncStore:
             raws = await pipe.execute()
         return [TaskRecord.from_hash(task_id, decode_hash(raw)) for task_id, raw in zip(task_ids, raws, strict=True)]
 
-    async def freeze(self, task_id: str, frozen: str) -> dict[str, Any] | None:
-        """Freeze `frozen` as the terminal state unless one already is; returns the frozen one."""
-        stored = await self._freeze(keys=[self.keys.task(task_id), self.keys.events(task_id)], args=[frozen])
+    async def freeze(
+        self, task_id: str, frozen: str, channel: str | None = None, ended: EndedEntry | None = None
+    ) -> dict[str, Any] | None:
+        """Freeze `frozen` as the terminal state unless one already is; returns the frozen one.
+
+        `channel`: the task whose listeners hear of it (a workflow member's: its MCP task's).
+        `ended`: an ending no job reports (its worker was lost), added to the ended stream if this
+        call froze it (not on a cluster).
+        """
+        keys = [self.keys.task(task_id), self.keys.events(channel or task_id)]
+        args: list[Any] = [frozen]
+        if ended is not None and self.streams:
+            keys.append(self.keys.ended())
+            args += [STREAM_MAXLEN, *ended.to_args()]
+        stored = await self._freeze(keys=keys, args=args)
         return json.loads(stored) if stored else None
 
-    async def answer(self, task_id: str, answers: Mapping[str, str], now_ms: int) -> int:
-        """Store answers to outstanding requests and wake the job; returns how many were taken."""
-        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.bell(task_id), self.keys.events(task_id)]
-        return int(await self._answer(keys=keys, args=[now_ms, self.lifetimes.live_s, *_pairs(answers)]))
+    async def answer(
+        self, task_id: str, answers: Mapping[str, str], now_ms: int, channel: str | None = None
+    ) -> list[str]:
+        """Store answers to outstanding requests and wake the job; returns the keys taken (still outstanding).
 
-    async def request_cancel(self, task_id: str, now_ms: int) -> None:
-        """Durable cancel flag first (the job checks it), then the bell wakes a waiting job; listeners hear of it."""
-        bell = self.keys.bell(task_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hsetnx(self.keys.task(task_id), FIELD.CANCEL, now_ms)
-            pipe.lpush(bell, "cancel")
-            pipe.expire(bell, self.lifetimes.live_s)
-            pipe.publish(self.keys.events(task_id), "cancel")
-            await pipe.execute()
+        `channel`: the task whose listeners hear of it (a workflow member's: its MCP task's).
+
+        Raises:
+            NotReplicated: the answers are stored on the primary, but not on enough replicas in time.
+        """
+        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.bell(task_id)]
+        keys.append(self.keys.events(channel or task_id))
+        taken = await self._replicated(
+            "the answer", self._answer, keys, [now_ms, self.lifetimes.live_s, *_pairs(answers)]
+        )
+        return [as_text(key) for key in taken]
+
+    async def request_cancel(
+        self, task_id: str, now_ms: int, cancelled_before_start: str, channel: str | None = None
+    ) -> CancelOutcome | None:
+        """Record a cancel (one script, atomic with the job's start) and tell listeners.
+
+        A job that has not started is cancelled at once: `cancelled_before_start` (a frozen view, JSON)
+        becomes the task's terminal state, and no worker will run the job. A started job finds the
+        flag at its next checkpoint (the bell wakes one that waits). None: no such record.
+
+        Raises:
+            NotReplicated: the cancel is recorded on the primary, but not on enough replicas in time.
+        """
+        keys = [self.keys.task(task_id), self.keys.bell(task_id), self.keys.events(channel or task_id)]
+        ttl_s = self.lifetimes.ttl_s
+        args: list[str | int] = [now_ms, self.lifetimes.live_s, cancelled_before_start, ttl_s or ""]
+        if self.streams:  # an unstarted task's cancel is its ending: the ended stream hears of it
+            keys.append(self.keys.ended())
+            args += ["1", STREAM_MAXLEN, task_id, json.loads(cancelled_before_start).get("message") or ""]
+        outcome = await self._replicated("the cancel", self._cancel, keys, args)
+        if outcome is None:
+            return None
+        found = cast(CancelOutcome, as_text(outcome))
+        if found == "unstarted":
+            await self.forget_live([task_id])  # its record is frozen: nothing left to watch
+        return found
+
+    async def confirm_replicated(self, task_id: str) -> None:
+        """Wait until enough replicas have the new task (and, on the same Redis, its job's message).
+
+        A write first, so that the WAIT on this connection covers everything the primary wrote before
+        it, the record and the message queued since (WAIT counts a connection's last write that reached
+        the replication stream): a PUBLISH on the task's channel, which Redis always passes on to its
+        replicas and which changes nothing for listeners (they read the task again). This connection
+        need not be the one that wrote the record: in a failover under load one can be on the old
+        primary and one on the new, so the record must be where the WAIT runs.
+
+        Raises:
+            NotReplicated: not on enough replicas within the bounded wait.
+            NotOnPrimary: the record is not on the primary this connection reached.
+        """
+        if not self.durability.min_replicas:
+            return
+
+        def build(pipe: Any) -> None:
+            pipe.exists(self.keys.task(task_id))
+            pipe.publish(self.keys.events(task_id), "created")
+            queue_wait(pipe, self.durability)
+
+        found, _, confirmed = await self._pipelined(build)
+        if not found:
+            await rediscover_primary_async(self.redis)
+            raise NotOnPrimary("the task")
+        await self._check_replicas("the task", confirmed)
+
+    async def _replicated(self, what: str, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run `script`; with `Durability.min_replicas`, in one pipeline with the WAIT for the replicas."""
+        if not self.durability.min_replicas:
+            return await script(keys=keys, args=args)
+
+        def build(pipe: Any) -> None:
+            queue_script(pipe, script, keys, args)
+            queue_wait(pipe, self.durability)
+
+        reply, confirmed = await self._pipelined(build)
+        await self._check_replicas(what, confirmed)
+        return reply
+
+    async def _check_replicas(self, what: str, confirmed: Any) -> None:
+        try:
+            check_replicas(what, confirmed, self.durability)
+        except NotReplicated:
+            await rediscover_primary_async(self.redis)  # this connection may be on a replaced primary
+            raise
 
     async def overdue(self, now_ms: int, limit: int = 200) -> list[str]:
         """Ids of running tasks whose heartbeat ran out before `now_ms`."""
@@ -144,6 +269,23 @@ class AsyncStore:
     async def forget_live(self, task_ids: list[str]) -> None:
         if task_ids:
             await self.redis.zrem(self.keys.live(), *task_ids)
+
+    async def state_secret(self) -> bytes:
+        """The deployment's key for signing `requestState`s: made by the first server that asks, then kept."""
+        key = self.keys.state_secret()
+        await self.redis.set(key, secrets.token_bytes(32), nx=True)
+        secret = await self.redis.get(key)
+        if not isinstance(secret, bytes) or len(secret) < 32:
+            raise RuntimeError(f"Redis key {key!r} does not hold a 32-byte secret; delete it to make a new one")
+        return secret
+
+    async def watch_sent(self, task_id: str, check_at_ms: int) -> None:
+        """Look for a workflow member's message at `check_at_ms` unless its job started by then (`SyncStore`'s)."""
+        await self.redis.zadd(self.keys.live(), {task_id: check_at_ms}, nx=True)
+
+    async def claim_merge(self, task_id: str, now_ms: int) -> bool:
+        """True for the one caller that launches the workflow's merge step (`mcp_celery.workflows`)."""
+        return bool(await self.redis.hsetnx(self.keys.task(task_id), FIELD.MERGING, now_ms))  # type: ignore[misc]
 
     async def delete(self, task_id: str) -> None:
         await self.redis.delete(self.keys.task(task_id))

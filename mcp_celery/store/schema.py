@@ -4,13 +4,18 @@ Pure (no I/O, no redis import). A task `abc` with the default prefix owns:
 
 >>> k = Keys("mcp-celery")
 >>> k.task("abc")
-'mcp-celery:task:abc'
+'mcp-celery:task:{abc}'
 >>> k.answers("abc")
-'mcp-celery:task:abc:answers'
+'mcp-celery:task:{abc}:answers'
 >>> k.bell("abc")
-'mcp-celery:task:abc:bell'
+'mcp-celery:task:{abc}:bell'
 >>> k.events("abc")
-'mcp-celery:task:abc:events'
+'mcp-celery:task:{abc}:events'
+
+The braces are a hash tag: Redis Cluster places every key of one task, and its event channel, in
+the slot of `abc`, so that every script (which touches one task's keys only) runs on one node.
+On one server they change nothing but the names. This is key layout 2 (`KEY_LAYOUT`); layout 1
+named them `mcp-celery:task:abc`... (README, "Production Redis", says what an upgrade means).
 
 The task hash holds the record (tool, createdAt, TTL, client capabilities, owner, cancel
 request, the job's progress and outcome, frozen terminal state) and one field per outstanding
@@ -37,6 +42,7 @@ frozen for ever. Every change a reader can see is PUBLISHed on the task's `event
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,12 +50,16 @@ from typing import Any
 __all__ = [
     "FIELD",
     "INPUT_FIELD_PREFIX",
+    "Durability",
     "JOB_FIELDS",
+    "KEY_LAYOUT",
+    "MEMBER_MARK",
     "Keys",
     "Lifetimes",
     "TaskRecord",
     "as_text",
     "decode_hash",
+    "member_id",
 ]
 
 
@@ -63,6 +73,9 @@ class FIELD:
     CAPABILITIES = "caps"
     OWNER = "owner"
     SYNC = "sync"
+    #: Created by a client without the tasks extension: its model answers the job's questions through
+    #: the task_respond tool, so the job may ask whatever the client's capabilities.
+    PLAIN = "plain"
     FIRST_ANSWERS = "first"
     CANCEL = "cancel"
     UPDATED = "updated"
@@ -74,8 +87,15 @@ class FIELD:
     #: Why the job's heartbeat is about to stop (its worker is shutting down); shown if it does.
     LOST = "lost"
     #: A worker took the job's message (Celery acked it early) and beats this deadline (ms) until
-    #: the job starts (JOB_START removes it): a worker lost in between leaves it to run out.
+    #: the job starts (then the heartbeat's `alive` counts, and every reader ignores the mark): a
+    #: worker lost in between leaves it to run out.
     TAKEN = "taken"
+    #: On a workflow member's record: the MCP task it belongs to (its events go to that task's channel).
+    PARENT = "parent"
+    #: On an MCP task whose job handed it over to a workflow: the workflow (`mcp_celery.workflows`, JSON).
+    WORKFLOW = "workflow"
+    #: Set once the workflow's merge step has been launched (whoever launches it first).
+    MERGING = "merging"
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -86,14 +106,37 @@ JOB_FIELDS = (
     FIELD.TOOL,
     FIELD.CAPABILITIES,
     FIELD.SYNC,
+    FIELD.PLAIN,
     FIELD.CANCEL,
     FIELD.FIRST_ANSWERS,
     FIELD.CREATED,
     FIELD.TTL,
     FIELD.POLL,
     FIELD.ALIVE_UNTIL,  # set: an earlier delivery of the job already started
-    FIELD.FINAL,  # set: the task has ended (its worker was reported lost); the job must not run
+    FIELD.FINAL,  # set: the task has ended (cancelled, or its worker reported lost); the job must not run
+    FIELD.OUTCOME,  # set: an earlier delivery stored how the job ended (JOB_START shows no new start)
+    FIELD.LOST,  # set: why an earlier run's heartbeat stopped (JOB_START forgets it)
+    FIELD.PARENT,  # set: a workflow member, whose MCP task is the parent's
+    FIELD.OWNER,  # the job's log lines name its principal (hashed: mcp_celery.logs)
 )
+
+
+#: Between a workflow's MCP task id and a member's own part in the member's task id (`member_id`).
+MEMBER_MARK = "."
+
+
+def member_id(parent_id: str) -> str:
+    """A new task id for a member of the workflow of MCP task `parent_id`: `parent_id.<uuid>`.
+
+    The server's task ids are URL-safe base64 (`protocol.new_task_id`), which has no
+    `MEMBER_MARK`: the part before the first one names the MCP task, and a member's keys share
+    its hash tag (`Keys.task`).
+    """
+    return f"{parent_id}{MEMBER_MARK}{uuid.uuid4()}"
+
+
+#: The version of the key names below (1: `prefix:task:ID`, 2: `prefix:task:{ID}`, hash-tagged).
+KEY_LAYOUT = 2
 
 
 @dataclass(frozen=True)
@@ -103,17 +146,20 @@ class Keys:
     prefix: str = "mcp-celery"
 
     def task(self, task_id: str) -> str:
-        return f"{self.prefix}:task:{task_id}"
+        # A workflow member's keys carry its MCP task's hash tag (see `member_id`): the scripts that
+        # change a member announce it on the MCP task's channel, in the same slot of a cluster.
+        tag, mark, own = task_id.partition(MEMBER_MARK)
+        return f"{self.prefix}:task:{{{tag}}}{mark}{own}"
 
     def answers(self, task_id: str) -> str:
-        return f"{self.prefix}:task:{task_id}:answers"
+        return f"{self.task(task_id)}:answers"
 
     def bell(self, task_id: str) -> str:
-        return f"{self.prefix}:task:{task_id}:bell"
+        return f"{self.task(task_id)}:bell"
 
     def events(self, task_id: str) -> str:
         """The pub/sub channel on which every visible change of the task is announced."""
-        return f"{self.prefix}:task:{task_id}:events"
+        return f"{self.task(task_id)}:events"
 
     def live(self) -> str:
         """Sorted set of running tasks scored by the time their heartbeat runs out (ms).
@@ -121,8 +167,38 @@ class Keys:
         With a Redis broker, a task enters it when created, scored by when to look for its message
         if no job has started by then (`mcp_celery.server.reaper`). A worker that takes the job's
         message scores it by its `taken` deadline, and JOB_START by the heartbeat's.
+
+        One key for every task, so on a cluster it lives in another slot than a task's keys, and
+        no script touches it. The record is what counts (a server reads the deadline there before it
+        decides anything); the set only says when to look, so each write goes where losing the
+        other half is harmless: a start's and a beat's just before the script, in the same pipeline
+        (a process that dies between leaves an entry too many, which the reaper's next look drops);
+        a `taken` mark's just after the script and only if it marked, both before the ack (a worker
+        lost in between has not acked: the broker hands the message out again); a `taken` beat's
+        only for a task still in the set (XX), which may score a job that started meanwhile up to
+        one beat period late. Never a watched task missing from the set.
         """
         return f"{self.prefix}:live"
+
+    def ended(self) -> str:
+        """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""
+        return f"{self.prefix}:ended"
+
+    def workers(self) -> str:
+        """Sorted set of the worker processes that beat, scored by when their beat runs out (ms)."""
+        return f"{self.prefix}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        """What worker process `worker_id` (host:pid) runs, as its last beat said (JSON; expires with the beat)."""
+        return f"{self.prefix}:worker:{worker_id}"
+
+    def figures_lease(self) -> str:
+        """Which server replica reports the deployment-wide gauges now (a short lease, SET NX PX)."""
+        return f"{self.prefix}:figures-lease"
+
+    def state_secret(self) -> str:
+        """The key that signs MRTR `requestState`s, shared by every server of the deployment (made once)."""
+        return f"{self.prefix}:request-state-key"
 
     def owner_tasks(self, principal: str) -> str:
         """Sorted set (score: creation ms) of a principal's task ids; kept only with a live-task quota."""
@@ -157,6 +233,19 @@ class Lifetimes:
 
 
 @dataclass(frozen=True)
+class Durability:
+    """How many replicas must confirm a task's creation, an answer and a cancel before they are acknowledged.
+
+    Args:
+        min_replicas: 0 (the default): acknowledged once the primary has them.
+        wait_ms: the longest wait for the replicas (Redis WAIT's timeout).
+    """
+
+    min_replicas: int = 0
+    wait_ms: int = 2000
+
+
+@dataclass(frozen=True)
 class TaskRecord:
     """One task's record, decoded."""
 
@@ -168,6 +257,7 @@ class TaskRecord:
     capabilities: dict[str, Any] = field(default_factory=lambda: {})
     owner: str = ""
     sync: bool = False
+    plain: bool = False
     cancel_ms: int | None = None
     updated_ms: int | None = None
     final: dict[str, Any] | None = None
@@ -178,6 +268,8 @@ class TaskRecord:
     taken_until_ms: int | None = None
     inputs: dict[str, Any] = field(default_factory=lambda: {})
     first_answers: dict[str, Any] = field(default_factory=lambda: {})
+    parent: str | None = None
+    workflow: str | None = None
 
     def to_hash(self) -> dict[str, str]:
         """Fields written when the task is created (the rest are written as it runs)."""
@@ -190,6 +282,10 @@ class TaskRecord:
             FIELD.OWNER: self.owner,
             FIELD.SYNC: "1" if self.sync else "",
         }
+        if self.plain:
+            fields[FIELD.PLAIN] = "1"
+        if self.parent:
+            fields[FIELD.PARENT] = self.parent
         if self.first_answers:
             fields[FIELD.FIRST_ANSWERS] = json.dumps(self.first_answers)
         return fields
@@ -211,6 +307,7 @@ class TaskRecord:
             capabilities=json.loads(raw.get(FIELD.CAPABILITIES) or "{}"),
             owner=raw.get(FIELD.OWNER, ""),
             sync=bool(raw.get(FIELD.SYNC)),
+            plain=bool(raw.get(FIELD.PLAIN)),
             cancel_ms=_int_or_none(raw.get(FIELD.CANCEL)),
             updated_ms=_int_or_none(raw.get(FIELD.UPDATED)),
             final=_json_or_none(raw.get(FIELD.FINAL)),
@@ -221,6 +318,8 @@ class TaskRecord:
             taken_until_ms=_int_or_none(raw.get(FIELD.TAKEN)),
             inputs=inputs,
             first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
+            parent=raw.get(FIELD.PARENT) or None,
+            workflow=raw.get(FIELD.WORKFLOW) or None,
         )
 
     @property

@@ -1,28 +1,55 @@
 """The Lua scripts behind every multi-key state change that must be atomic.
 
-Pure strings, built from the field names in `schema`, each with a KEYS/ARGV header.
+Pure strings, built from the field names in `schema`, each with a KEYS/ARGV header. Every key a
+script touches belongs to one task and shares its hash tag (`Keys`), so each script runs in one
+slot of a Redis Cluster. The `live` sorted set is one key for all tasks: the callers write it
+beside the script, in the same round trip (see `Keys.live` for why that keeps the guarantees).
+The `ended` stream (`mcp_celery.store.ended`) is one key too, but written only inside the scripts
+(once per ending, which only a script can tell), and so only on one Redis server: on a cluster
+the callers pass no stream key, and the scripts write none.
+The scripts announce changes with `redis.call('PUBLISH', ...)`; `publishing` makes that SPUBLISH
+for a cluster store (sharded pub/sub), the one place the command changes.
 """
 
 from __future__ import annotations
 
+from mcp_celery.store.ended import ENDED
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX
 
-__all__ = ["ANSWER", "BEAT", "FREEZE", "JOB_START", "LOST", "OUTCOME", "POST_INPUTS", "PROGRESS", "TAKEN"]
+__all__ = [
+    "ANSWER",
+    "BEAT",
+    "CANCEL",
+    "FREEZE",
+    "JOB_END",
+    "JOB_START",
+    "LAUNCH",
+    "LOST",
+    "POST_INPUTS",
+    "PROGRESS",
+    "TAKEN",
+    "publishing",
+]
+
+
+def publishing(script: str, command: str) -> str:
+    """`script` announcing its changes with `command`: "PUBLISH" (as written) or "SPUBLISH" (a cluster store)."""
+    return script.replace("redis.call('PUBLISH',", f"redis.call('{command}',")
+
 
 # KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list, KEYS[4] the task's event channel.
 # ARGV[1] now (ms), ARGV[2] expiry of answers and bell (s), then key/answer pairs.
 # Stores each answer whose key is still outstanding (first answer wins), removes the key
-# from the outstanding set, rings the bell once and tells listeners. Returns how many answers
-# were taken.
+# from the outstanding set, rings the bell once and tells listeners. Returns the keys taken.
 ANSWER = f"""
-local taken = 0
+local taken = {{}}
 for i = 3, #ARGV, 2 do
   if redis.call('HDEL', KEYS[1], '{INPUT_FIELD_PREFIX}' .. ARGV[i]) == 1 then
     redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
-    taken = taken + 1
+    taken[#taken + 1] = ARGV[i]
   end
 end
-if taken > 0 then
+if #taken > 0 then
   redis.call('HSET', KEYS[1], '{FIELD.UPDATED}', ARGV[1])
   redis.call('LPUSH', KEYS[3], 'answer')
   redis.call('EXPIRE', KEYS[2], ARGV[2])
@@ -32,43 +59,88 @@ end
 return taken
 """
 
-# KEYS[1] task hash, KEYS[2] the task's event channel. ARGV[1] frozen terminal view (JSON).
-# Freezes the first terminal state observed, tells listeners when this call froze it, and
-# returns the frozen one (nil: no record).
+# KEYS[1] task hash, KEYS[2] bell list, KEYS[3] the task's event channel.
+# ARGV[1] now (ms), ARGV[2] expiry of the bell (s), ARGV[3] the cancelled state to freeze (JSON) if
+# the job has not started, ARGV[4] the record's expiry (s) once frozen, or ''.
+# A cancel request, atomic with JOB_START (both run on the task hash): a job that has not started
+# (no heartbeat yet) is cancelled here and now, its state frozen, so that JOB_START refuses it
+# whichever worker gets its message later; a started job finds the flag at its next checkpoint, and
+# the bell wakes it if it waits. Listeners are told either way. Nothing changes for a task that has
+# ended. Returns 'unstarted', 'started' or 'ended' (false: no record); the caller takes an
+# 'unstarted' task out of `live`. With ARGV[5] '1', KEYS[4] is the ended stream: a task cancelled
+# before its job started adds its entry there (ARGV[6] the stream's MAXLEN, ARGV[7] the task id,
+# ARGV[8] the reason).
+CANCEL = f"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local seen = redis.call(
+  'HMGET', KEYS[1], '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}', '{FIELD.TOOL}', '{FIELD.CREATED}')
+if seen[2] or seen[3] then return 'ended' end
+redis.call('HSETNX', KEYS[1], '{FIELD.CANCEL}', ARGV[1])
+if not seen[1] then
+  redis.call('HSET', KEYS[1], '{FIELD.FINAL}', ARGV[3])
+  if ARGV[4] ~= '' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+  redis.call('PUBLISH', KEYS[3], 'final')
+  if ARGV[5] == '1' then
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', '{ENDED.TASK}', ARGV[7],
+      '{ENDED.TOOL}', seen[4] or '', '{ENDED.CREATED}', seen[5] or '', '{ENDED.STATUS}', 'cancelled',
+      '{ENDED.ENDED}', ARGV[1], '{ENDED.REASON}', ARGV[8])
+  end
+  return 'unstarted'
+end
+redis.call('LPUSH', KEYS[2], 'cancel')
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('PUBLISH', KEYS[3], 'cancel')
+return 'started'
+"""
+
+# KEYS[1] task hash, KEYS[2] the task's event channel, then the ended stream when the caller reports
+# an ending the job cannot (its worker was lost). ARGV[1] frozen terminal view (JSON), then with the
+# stream: ARGV[2] its MAXLEN and the entry's field/value pairs.
+# Freezes the first terminal state observed, tells listeners (and the stream) when this call froze
+# it, and returns the frozen one (nil: no record).
 FREEZE = f"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 if redis.call('HSETNX', KEYS[1], '{FIELD.FINAL}', ARGV[1]) == 1 then
   redis.call('PUBLISH', KEYS[2], 'final')
+  if #KEYS > 2 then redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3)) end
 end
 return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
 """
 
-# KEYS[1] task hash, KEYS[2] live sorted set, KEYS[3] the task's event channel. ARGV[1] record
-# lifetime (s), ARGV[2] alive-until (ms), ARGV[3] task id, ARGV[4] now (ms), ARGV[5] the STARTED
-# progress (JSON), ARGV[6] '1' if the job may run again after an earlier delivery started it
-# (at-least-once), then the names of the fields a starting job reads.
+# KEYS[1] task hash, KEYS[2] the task's event channel. ARGV[1] record lifetime (s), ARGV[2]
+# alive-until (ms), ARGV[3] now (ms), ARGV[4] the STARTED progress (JSON), ARGV[5] '1' if the job
+# may run again after an earlier delivery started it (at-least-once), ARGV[6] how long (ms) the task
+# may have waited since its creation before its record needs a new lifetime (the one set at
+# creation still outlives the job then), then the names of the fields a starting job reads (they
+# include the tool, the creation time, the heartbeat, the outcome, the frozen state and why an
+# earlier heartbeat stopped).
 # Returns those fields' values (as they were); for an MCP task (a record exists) also restarts the
-# record's lifetime, beats once, forgets why an earlier run's heartbeat stopped, and shows the job
-# running unless it already has an outcome, except for a second delivery of an at-most-once job,
-# which must not run and changes nothing, and for a task that has ended already (frozen, e.g.
-# reported lost while its message was in a dead worker's hands), which must not run either. Hands
-# the `taken` mark's watch over to the heartbeat. A plain Celery call of the same task has no
-# record and writes nothing.
+# record's lifetime if it waited long, beats once, forgets why an earlier run's heartbeat stopped,
+# and shows the job running unless it already has an outcome, except for a second delivery of an
+# at-most-once job, which must not run and changes nothing, and for a task that has ended already
+# (frozen: cancelled before its start, or reported lost while its message was in a dead worker's
+# hands), which must not run either. A `taken` mark is left as it is: once the heartbeat is set
+# every reader ignores it. A plain Celery call of the same task has no record and writes nothing.
+# One read, then the writes.
+# The caller scores the task in `live` by the heartbeat's deadline just before.
 JOB_START = f"""
-local values = redis.call('HMGET', KEYS[1], unpack(ARGV, 7))
-if ARGV[6] ~= '1' and redis.call('HEXISTS', KEYS[1], '{FIELD.ALIVE_UNTIL}') == 1 then
-  return values
+local names = {{unpack(ARGV, 7)}}
+local values = redis.call('HMGET', KEYS[1], unpack(names))
+local seen = {{}}
+for i, name in ipairs(names) do seen[name] = values[i] end
+if not seen['{FIELD.TOOL}'] then return values end
+if ARGV[5] ~= '1' and seen['{FIELD.ALIVE_UNTIL}'] then return values end
+if seen['{FIELD.FINAL}'] then return values end
+if tonumber(ARGV[3]) - tonumber(seen['{FIELD.CREATED}']) > tonumber(ARGV[6]) then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
 end
-if redis.call('HEXISTS', KEYS[1], '{FIELD.FINAL}') == 1 then return values end
-if redis.call('EXPIRE', KEYS[1], ARGV[1]) == 1 then
+if seen['{FIELD.OUTCOME}'] then
   redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[2])
-  redis.call('HDEL', KEYS[1], '{FIELD.LOST}', '{FIELD.TAKEN}')
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-  if redis.call('HEXISTS', KEYS[1], '{FIELD.OUTCOME}') == 0 then
-    redis.call('HSET', KEYS[1], '{FIELD.PROGRESS}', ARGV[5], '{FIELD.UPDATED}', ARGV[4])
-    redis.call('PUBLISH', KEYS[3], 'started')
-  end
+else
+  redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[2], '{FIELD.PROGRESS}', ARGV[4], '{FIELD.UPDATED}', ARGV[3])
 end
+if seen['{FIELD.LOST}'] then redis.call('HDEL', KEYS[1], '{FIELD.LOST}') end
+if not seen['{FIELD.OUTCOME}'] then redis.call('PUBLISH', KEYS[2], 'started') end
 return values
 """
 
@@ -84,43 +156,67 @@ redis.call('PUBLISH', KEYS[2], 'progress')
 return 1
 """
 
-# KEYS[1] task hash, KEYS[2] the task's event channel. ARGV[1] outcome (JSON).
-# The job's outcome: the first one wins (a retry or redelivery cannot change it), and listeners
-# are told when this call stored it. Returns 1 when stored.
-OUTCOME = f"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HSETNX', KEYS[1], '{FIELD.OUTCOME}', ARGV[1]) == 1 then
+# KEYS[1] task hash, KEYS[2] the task's event channel, then the task's answers hash and bell list
+# when it asked for input, then the ended stream when ARGV[3] is '1'. ARGV[1] the outcome (JSON) or
+# '' (none of its own: a retry or a redelivery to come), ARGV[2] the TTL (s) or '' (kept for ever),
+# then with the stream: ARGV[4] its MAXLEN and the entry's field/value pairs (`EndedEntry.to_args`;
+# a tool and creation time of '' are read from the record: the worker's main process ends a job
+# whose record it has not read).
+# A job's end, in one round trip: its outcome (the first one wins, so a retry or a redelivery cannot
+# change it; listeners and the stream are told when this call stored it), the record (and its
+# answers and bell) kept for the TTL from now (the caller takes the task off the live set just
+# after). A record that has expired stays gone. Returns 1 when this call stored the outcome.
+JOB_END = f"""
+local exists
+if ARGV[2] ~= '' then
+  exists = redis.call('EXPIRE', KEYS[1], ARGV[2]) == 1
+else
+  exists = redis.call('EXISTS', KEYS[1]) == 1
+  if exists then redis.call('PERSIST', KEYS[1]) end
+end
+if not exists then return 0 end
+local owned = #KEYS
+if ARGV[3] == '1' then owned = owned - 1 end
+for i = 3, owned do
+  if ARGV[2] ~= '' then redis.call('EXPIRE', KEYS[i], ARGV[2]) else redis.call('PERSIST', KEYS[i]) end
+end
+if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[1], '{FIELD.OUTCOME}', ARGV[1]) == 1 then
   redis.call('PUBLISH', KEYS[2], 'outcome')
+  if ARGV[3] == '1' then
+    local entry = {{unpack(ARGV, 5)}}
+    if entry[4] == '' then
+      local seen = redis.call('HMGET', KEYS[1], '{FIELD.TOOL}', '{FIELD.CREATED}')
+      entry[4], entry[6] = seen[1] or '', seen[2] or ''
+    end
+    redis.call('XADD', KEYS[#KEYS], 'MAXLEN', '~', ARGV[4], '*', unpack(entry))
+  end
   return 1
 end
 return 0
 """
 
-# KEYS[1] task hash, KEYS[2] live sorted set. ARGV[1] alive-until (ms), ARGV[2] task id.
+# KEYS[1] task hash. ARGV[1] alive-until (ms).
 # A running job's heartbeat: pushes its deadline forward, but never brings back a record that
-# has expired (an HSET would create a hash without the record's fields or expiry).
+# has expired (an HSET would create a hash without the record's fields or expiry). The caller
+# scores the task in `live` by the same deadline just before.
 BEAT = f"""
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[2])
-  return 0
-end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[1])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
 
-# KEYS[1] task hash, KEYS[2] live sorted set. ARGV[1] taken-until (ms), ARGV[2] task id, ARGV[3]
-# '1' to mark (a worker is about to ack the job's message early), '' to beat an existing mark.
+# KEYS[1] task hash. ARGV[1] taken-until (ms), ARGV[2] '1' to mark (a worker is about to ack the
+# job's message early), '' to beat an existing mark (the caller scores the task in `live`: after a
+# mark, only if it marked; before a beat, where it still is).
 # Keeps the task watched from the moment a worker takes its message until the job starts: only
-# for an MCP task whose job has not started nor ended (the pool may start it before the worker's
-# main process marks it), and a beat only while the mark is there (JOB_START removes it).
+# for an MCP task (its record has a tool) whose job has not started nor ended (the pool may start it
+# before the worker's main process marks it), and a beat only while the mark is there.
 # Returns 1 when written; 0 tells the beating thread to stop.
 TAKEN = f"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local seen = redis.call('HMGET', KEYS[1], '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}', '{FIELD.TAKEN}')
-if seen[1] or seen[2] or seen[3] or (ARGV[3] ~= '1' and not seen[4]) then return 0 end
+local seen = redis.call(
+  'HMGET', KEYS[1], '{FIELD.TOOL}', '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}', '{FIELD.TAKEN}')
+if not seen[1] or seen[2] or seen[3] or seen[4] or (ARGV[2] ~= '1' and not seen[5]) then return 0 end
 redis.call('HSET', KEYS[1], '{FIELD.TAKEN}', ARGV[1])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
 
@@ -151,4 +247,16 @@ end
 redis.call('HSET', KEYS[1], '{FIELD.UPDATED}', ARGV[1])
 if posted > 0 then redis.call('PUBLISH', KEYS[3], 'inputs') end
 return out
+"""
+
+# KEYS[1] task hash, KEYS[2] the task's event channel. ARGV[1] the workflow (JSON).
+# A job hands its task over to a workflow whose members' records exist already: refused (0) when
+# the task was cancelled or has ended meanwhile (its members are then never sent), atomic with
+# CANCEL, which reads the workflow to cancel its members. Tells listeners. Returns 1 when taken.
+LAUNCH = f"""
+local seen = redis.call('HMGET', KEYS[1], '{FIELD.TOOL}', '{FIELD.CANCEL}', '{FIELD.FINAL}')
+if not seen[1] or seen[2] or seen[3] then return 0 end
+redis.call('HSET', KEYS[1], '{FIELD.WORKFLOW}', ARGV[1])
+redis.call('PUBLISH', KEYS[2], 'workflow')
+return 1
 """

@@ -14,16 +14,29 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
-from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
+from celery import Signature, chord
+from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
+from mcp_celery import logs
+from mcp_celery.canvas import FAILED_HEADER
 from mcp_celery.errors import InputNotSupported, InputTimeout, TaskCancelled
-from mcp_celery.inputs import elicitation, missing_capability, roots_request, sampling
+from mcp_celery.inputs import (
+    ToolChoiceMode,
+    elicitation,
+    missing_capability,
+    roots_request,
+    sampling,
+    sampling_answer_model,
+)
 from mcp_celery.protocol import now_ms
 from mcp_celery.status import READY_STATES
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.store.sync import SyncStore
+from mcp_celery.worker import workflow
+from mcp_celery.worker.heartbeat import Heartbeat
+from mcp_celery.workflows import FailurePolicy
 
 if TYPE_CHECKING:
     from celery import Task
@@ -65,12 +78,25 @@ class JobContext:
     """
 
     def __init__(
-        self, task: Task[Any, Any], store: SyncStore, record: TaskRecord | None, *, input_timeout_s: float
+        self,
+        task: Task[Any, Any],
+        store: SyncStore,
+        record: TaskRecord | None,
+        *,
+        input_timeout_s: float,
+        queue_check_s: float | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self._task = task
+        self._heartbeat = heartbeat
+        #: How long this run has waited for answers (ms): the ended stream's time in input_required.
+        self.input_wait_ms = 0
         self._store = store
         self._record = record
         self._input_timeout_s = input_timeout_s
+        self._queue_check_s = queue_check_s
+        # A workflow member's changes go to its MCP task's listeners.
+        self._channel = None if record is None else record.parent
         self._round = 0
         self._asked = False
         self._unsent_progress: str | None = None
@@ -91,6 +117,50 @@ class JobContext:
     def first_answers(self) -> dict[str, dict[str, Any]]:
         """Answers to the tool's `ask_first` questions, by key."""
         return {} if self._record is None else dict(self._record.first_answers)
+
+    @property
+    def failed_members(self) -> list[dict[str, Any]]:
+        """In a workflow's merge step: the members that failed (`member`, `task`, `error` each); else []."""
+        failed = getattr(self._task.request, FAILED_HEADER, None)
+        return list(json.loads(failed)) if isinstance(failed, str) else []
+
+    def run_workflow(
+        self, work: Any, *, merge: Signature[Any] | None = None, on_failure: FailurePolicy = "fail"
+    ) -> NoReturn:
+        """Hand this task over to a Celery workflow, and end the job: the task follows the workflow.
+
+        The job's worker slot is free at once; the members run on any worker, each watched like a job
+        (progress, questions, cancel, a lost worker), and the task ends when the workflow does: with
+        the merge step's result (its return value is the tool's result), a chain's last step's, or a
+        group's `{"results": [...], "failed": [...]}`.
+
+        Args:
+            work: a `group` or a list of signatures (run in parallel), a `chord` (a group and its
+                merge step), or a `chain` (steps one after another). Members are task signatures,
+                not nested canvases; any Celery task of the app may be one (a tool too).
+            merge: the merge step of a group: a signature that gets the list of the members' results.
+            on_failure: "fail" (the first member that fails fails the task, and the others are
+                cancelled) or "partial" (the merge step gets the members that succeeded;
+                `ctx.failed_members` says which failed). A chain always fails.
+
+        Raises:
+            ValueError: `work` is not a canvas this supports, or this job is a workflow's member itself.
+            TaskCancelled: the task was cancelled before its workflow could start.
+        """
+        if self._record is not None and self._record.parent is not None:
+            raise ValueError("a workflow's member cannot start a workflow of its own (nested workflows)")
+        if self._record is None:
+            # A plain Celery call: Celery's own replace() runs the canvas in this task's place (it raises).
+            self._task.replace(chord(work, merge) if merge is not None else work)
+            raise AssertionError("Task.replace returned")
+        raise workflow.start(
+            self._store,
+            self._record,
+            work,
+            merge=merge,
+            on_failure=on_failure,
+            check_after_s=self._queue_check_s,
+        )
 
     @property
     def asked_for_input(self) -> bool:
@@ -119,7 +189,7 @@ class JobContext:
             TaskCancelled: the client cancelled the task.
         """
         if self.attached:
-            self._store.progress(self.task_id, {"status": "PROGRESS", "result": {"message": message}})
+            self._store.progress(self.task_id, {"status": "PROGRESS", "result": {"message": message}}, self._channel)
         else:
             self._task.update_state(state="PROGRESS", meta={"message": message})
         self._unsent_progress = message
@@ -128,7 +198,7 @@ class JobContext:
     def report_state(self, state: str, meta: Any) -> None:
         """Show a state the job stored the Celery way (`update_state`) in its MCP task too."""
         if self.attached and state not in READY_STATES:
-            self._store.progress(self.task_id, {"status": state, "result": meta})
+            self._store.progress(self.task_id, {"status": state, "result": meta}, self._channel)
 
     def _send_unsent_progress(self) -> None:
         """Show the latest status in Flower, at most once per PROGRESS_EVENT_INTERVAL_S.
@@ -181,11 +251,12 @@ class JobContext:
         wire = {name: f"{name}-{self._round}" for name in requests}
         encoded = {wire[name]: json.dumps(dict(request)) for name, request in requests.items()}
         self._asked = True
-        cancel, answers = self._store.post_inputs(self.task_id, encoded, now_ms())
+        since = now_ms()  # the task reads input_required from the post on
+        cancel, answers = self._store.post_inputs(self.task_id, encoded, since, self._channel)
         if cancel:
             raise TaskCancelled(self.task_id)
         if len(answers) < len(wire):
-            answers = self._wait_for_answers(list(encoded), timeout)
+            answers = self._wait_for_answers(list(encoded), timeout, since)
         return {name: json.loads(answers[key]) for name, key in wire.items()}
 
     def elicit(self, message: str, schema: Mapping[str, Any], timeout: float | None = None) -> ElicitResult:
@@ -196,19 +267,51 @@ class JobContext:
         answer = self.ask({"elicit": elicitation(message, schema)}, timeout)["elicit"]
         return ElicitResult.model_validate(answer)
 
+    @overload
     def sample(
         self,
         messages: Sequence[Mapping[str, Any]] | str,
         max_tokens: int = 1000,
         timeout: float | None = None,
+        *,
+        tools: None = None,
+        tool_choice: None = None,
         **params: Any,
-    ) -> CreateMessageResult:
+    ) -> CreateMessageResult: ...
+
+    @overload
+    def sample(
+        self,
+        messages: Sequence[Mapping[str, Any]] | str,
+        max_tokens: int = 1000,
+        timeout: float | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choice: ToolChoiceMode | None = None,
+        **params: Any,
+    ) -> CreateMessageResultWithTools: ...
+
+    def sample(
+        self,
+        messages: Sequence[Mapping[str, Any]] | str,
+        max_tokens: int = 1000,
+        timeout: float | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoiceMode | None = None,
+        **params: Any,
+    ) -> CreateMessageResult | CreateMessageResultWithTools:
         """Ask the client's LLM for a completion (`sampling/createMessage`).
+
+        With `tools` (MCP `Tool`s as JSON) the model may answer with `tool_use` blocks instead of
+        text, and the result is a `CreateMessageResultWithTools`: run the tools and sample again
+        with their `tool_result`s. The client must declare `sampling.tools` for that.
 
         Raises: as `ask`.
         """
-        answer = self.ask({"sample": sampling(messages, max_tokens, **params)}, timeout)["sample"]
-        return CreateMessageResult.model_validate(answer)
+        request = sampling(messages, max_tokens, tools=tools, tool_choice=tool_choice, **params)
+        answer = self.ask({"sample": request}, timeout)["sample"]
+        return sampling_answer_model(request["params"]).model_validate(answer)
 
     def roots(self, timeout: float | None = None) -> ListRootsResult:
         """Ask the client for its roots (`roots/list`).
@@ -222,34 +325,56 @@ class JobContext:
             raise InputNotSupported("this job was not started through MCP, so there is no client to ask")
         if self._record.sync:
             raise InputNotSupported(
-                "the tool was called synchronously (the client did not declare the tasks extension), so the job "
-                "cannot ask for input; make tools that ask task_mode='required'"
+                "the tool was called synchronously (a task_mode='forbidden' tool, or a client without the tasks "
+                "extension while MCP_CELERY_TOOL_FALLBACK is false), so the job cannot ask for input"
             )
         if not requests:
             raise ValueError("ask() needs at least one request")
         for name, request in requests.items():
             reason = missing_capability(request, self._record.capabilities)
-            if reason:
+            # A task created without the extension is answered through the task_respond tool (by the
+            # client's model, asking its user where needed), whatever capabilities the client declared.
+            if reason and not self._record.plain:
                 raise InputNotSupported(f"cannot send input request {name!r}: {reason}")
 
-    def _wait_for_answers(self, keys: list[str], timeout: float | None) -> dict[str, str]:
+    def _wait_for_answers(self, keys: list[str], timeout: float | None, since: int) -> dict[str, str]:
         # The job parks in a custom Celery state, for Celery's own result backend and its callers; in
         # the record, the posted requests already make the task input_required.
         self._store_celery_state(INPUT_REQUIRED_STATE, {"message": "waiting for input", "keys": keys})
+        logger.info("task %s: waiting for input", self.task_id, extra=self._fields("input_required"))
         self._unsent_progress = None  # older than the question
         self._send_event("task-input_required", keys=keys, result="waiting for input")
-        outcome = self._store.wait_for_answers(
-            self.task_id, keys, self._input_timeout_s if timeout is None else timeout
-        )
+        if self._heartbeat is not None:
+            self._heartbeat.waiting(self.task_id, since)  # the worker's beats say so (`mcp-celery top`)
+        try:
+            outcome = self._store.wait_for_answers(
+                self.task_id, keys, self._input_timeout_s if timeout is None else timeout
+            )
+        finally:
+            if self._heartbeat is not None:
+                self._heartbeat.waiting(self.task_id, None)
+            self.input_wait_ms += now_ms() - since
         if outcome.cancelled:
             raise TaskCancelled(self.task_id)
         if outcome.missing:
             raise InputTimeout(f"no answer to {list(outcome.missing)} within the timeout")
+        logger.info("task %s: answered; the job goes on", self.task_id, extra=self._fields("working", "answered"))
         self._store_celery_state("STARTED", {"message": "running"})
         # Celery's event state ranks custom states (INPUT_REQUIRED) above STARTED and would take a
         # plain task-started for a late, out-of-order event: the explicit state field overrides it.
         self._send_event("task-started", state="STARTED", result="running")
         return outcome.answers
+
+    @property
+    def log_fields(self) -> dict[str, str]:
+        """The task fields every log line of this job carries (`mcp_celery.worker.logsetup`); {} detached."""
+        return self._fields()
+
+    def _fields(self, status: str | None = None, event: str | None = None) -> dict[str, str]:
+        if self._record is None:
+            return {}
+        record = self._record
+        return logs.task_fields(self.task_id, record.tool, principal=record.owner, status=status, event=event or status)
 
     def _store_celery_state(self, state: str, meta: dict[str, Any]) -> None:
         """What `update_state` does, without showing it in the record too (the record tells it already)."""

@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 import pydantic
 import pydantic_core
-from celery import Celery, Task
+from celery import Celery, Task, signals
 
+from mcp_celery.canvas import PARENT_HEADER
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TaskMode
+from mcp_celery.task_options import tool_defined
 from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
 from mcp_celery.worker.context import JobContext, current_context
-from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, WRAPPED, run_job
+from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, WRAPPED, is_tool_task, run_job
+from mcp_celery.workflows import WorkflowSummary
 
 __all__ = ["expose", "tool"]
-
-logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +48,8 @@ def tool(
     terminate_on_cancel: bool = False,
     ask_first: AskFirst | None = None,
     retry_on_worker_loss: bool | int = False,
+    inline_s: float | None = None,
+    workflow_summary: WorkflowSummary | None = None,
     **task_options: Any,
 ) -> Callable[[F], F]: ...
 def tool(
@@ -62,6 +64,8 @@ def tool(
     terminate_on_cancel: bool = False,
     ask_first: AskFirst | None = None,
     retry_on_worker_loss: bool | int = False,
+    inline_s: float | None = None,
+    workflow_summary: WorkflowSummary | None = None,
     **task_options: Any,
 ) -> Any:
     """Make `fn` a Celery task of `app` and an MCP tool.
@@ -86,20 +90,39 @@ def tool(
             every time then ends failed), a number that many. Sets Celery's `acks_late` and
             `reject_on_worker_lost` (not Celery's own `retry_on_worker_lost`, which retries
             after a countdown).
+        inline_s: how long a call from a client without the tasks extension waits for the job
+            before it answers with a task handle (the job runs on); default the inline_s setting
+            (MCP_CELERY_INLINE_S, 20 s).
+        workflow_summary: for a job that hands its task over to a workflow (`ctx.run_workflow`):
+            the task's statusMessage while it runs, from its members (`MemberStatus` each; None or
+            "" for the default `3/8 done, 2 running`).
         **task_options: passed to `app.task` (e.g. `queue`, `time_limit`); `celery_name=` sets the
-            Celery task name (default: `module.function`, as Celery names it).
+            Celery task name (default: `module.function`, as Celery names it). `track_started`
+            defaults to False: the task record shows the job running, and Celery's own STARTED
+            write would cost every job a round trip.
 
-    A parameter annotated `JobContext` receives the job's context and is not an argument.
+    A parameter annotated `JobContext` receives the job's context and is not an argument. Options not
+    given here follow the app's configuration whenever it is settled (`configure_app`, worker start,
+    server start), so `configure_app` may come before or after the decorators; unless
+    `soft_time_limit=` is given, a tool gets a soft limit a minute before its hard one (at 90% of a
+    short one).
 
     Raises:
-        ToolDefinitionError: the signature cannot become an MCP input schema.
+        ToolDefinitionError: the signature cannot become an MCP input schema, or (on an app
+            `configure_app` has configured) an at-least-once tool's hard time limit is not below a
+            Redis broker's visibility timeout.
     """
 
     def decorate(func: F) -> F:
         tool_name = name or func.__name__
         options = dict(task_options)
+        # Celery's own STARTED write is a round trip per job that a tool does not need: the task record
+        # shows the job running (JOB_START), and Flower learns it from the task-started event. Given,
+        # so that the app's task_track_started (configure_app sets it) does not override it.
+        options.setdefault("track_started", False)
         if retry_on_worker_loss:
-            _deliver_at_least_once(app, tool_name, options, retry_on_worker_loss)
+            _deliver_at_least_once(tool_name, options, retry_on_worker_loss)
+        given = frozenset(option for option, value in options.items() if value is not None)
         celery_task, model, context_param, output = _job_task(app, func, tool_name, options)
         spec = ToolSpec(
             name=tool_name,
@@ -112,16 +135,14 @@ def tool(
             output_adapter=output,
             terminate_on_cancel=terminate_on_cancel,
             ask_first=ask_first,
+            inline_s=inline_s,
+            workflow_summary=workflow_summary,
+            given=given,
         )
         _register(app, spec)
         return celery_task  # type: ignore[return-value,no-any-return]
 
     return decorate(fn) if fn is not None else decorate
-
-
-def soft_time_limit(hard_s: float) -> float:
-    """When a tool is told to stop: a minute before its hard limit, or at 90% of a short one."""
-    return max(hard_s - 60, hard_s * 0.9)
 
 
 def _job_task(
@@ -144,10 +165,8 @@ def _job_task(
 
     body.__name__, body.__qualname__, body.__module__ = func.__name__, func.__qualname__, func.__module__
     body.__doc__ = func.__doc__
-    hard_limit = task_options.get("time_limit") or app.conf.task_time_limit
-    if hard_limit and "soft_time_limit" not in task_options:
-        # Told to stop before it is killed: the job may catch SoftTimeLimitExceeded and clean up.
-        task_options["soft_time_limit"] = soft_time_limit(float(hard_limit))
+    # The time limits (a soft one a minute before the hard one) are settled from the app's configuration
+    # once the tool is registered, and again whenever it may have changed (mcp_celery.task_options).
     # Not shared: Celery would otherwise add the tool to every app finalized later (a name clash
     # when two apps define the same tool, as the demo jobs do on `jobs` and on their own app).
     task_options.setdefault("shared", False)
@@ -164,21 +183,24 @@ def expose(
     task_mode: TaskMode = "optional",
     terminate_on_cancel: bool = False,
     retry_on_worker_loss: bool | int = False,
+    inline_s: float | None = None,
 ) -> Task[Any, Any]:
     """Expose an existing Celery task as an MCP tool, its code unchanged.
 
     Its parameters become the input schema (a bound task's `self` is skipped); progress it
     reports with `self.update_state(state=..., meta={...})` shows as `statusMessage`.
     Inside it, `mcp_celery.current_context()` returns the JobContext when called through MCP.
-    `retry_on_worker_loss=True` makes its delivery at-least-once, as for `tool`.
+    `retry_on_worker_loss=True` makes its delivery at-least-once, and `inline_s` sets its inline
+    window, as for `tool`. The tool's name is the last segment of the Celery task's name
+    (`proj.tasks.add` is `add`) unless `name=` is given.
 
     Raises:
-        ToolDefinitionError: the signature cannot become an MCP input schema.
+        ToolDefinitionError: as for `tool`.
     """
     tool_name = name or celery_task.name.rsplit(".", 1)[-1]
     if retry_on_worker_loss:
-        options: dict[str, Any] = {"time_limit": celery_task.time_limit}
-        _deliver_at_least_once(celery_task.app, tool_name, options, retry_on_worker_loss)
+        options: dict[str, Any] = {}
+        _deliver_at_least_once(tool_name, options, retry_on_worker_loss)
         for option, value in options.items():
             setattr(celery_task, option, value)
     run = celery_task.run
@@ -193,22 +215,20 @@ def expose(
         task_mode=task_mode,
         output_adapter=output,
         terminate_on_cancel=terminate_on_cancel,
+        inline_s=inline_s,
     )
     _register(celery_task.app, spec)
     return celery_task
 
 
-def _deliver_at_least_once(app: Celery, tool_name: str, task_options: dict[str, Any], reruns: bool | int) -> None:
+def _deliver_at_least_once(tool_name: str, task_options: dict[str, Any], reruns: bool | int) -> None:
     """Late ack and reject on worker loss: the broker keeps the message until the job ends.
 
-    With a Redis broker, a message not acked within the visibility timeout is handed to another
-    worker, running job or not, so the job's hard time limit must be shorter than that timeout
-    (`configure_app` makes it twice the longest job). A lost job is re-queued well before
-    then by the server (`mcp_celery.server.reaper`).
+    The hard time limit such a tool needs below a Redis broker's visibility timeout is checked
+    with the app's configuration (`mcp_celery.task_options.check_delivery`).
 
     Raises:
-        ToolDefinitionError: acks_late or reject_on_worker_lost turned off, or no hard time limit
-            below the visibility timeout of a Redis broker.
+        ToolDefinitionError: acks_late or reject_on_worker_lost turned off, or a count below 1.
     """
     for option in ("acks_late", "reject_on_worker_lost"):
         if task_options.get(option) is False:
@@ -219,16 +239,6 @@ def _deliver_at_least_once(app: Celery, tool_name: str, task_options: dict[str, 
     if allowed < 1:
         raise ToolDefinitionError(f"tool {tool_name!r}: retry_on_worker_loss must be True or a positive count")
     task_options[MAX_RERUNS_ATTRIBUTE] = allowed
-    if not str(app.conf.broker_url or "").startswith(("redis", "rediss", "sentinel")):
-        return  # RabbitMQ redelivers when the worker's channel closes; no visibility timeout
-    timeout = (app.conf.broker_transport_options or {}).get("visibility_timeout", 3600)
-    limit = task_options.get("time_limit") or app.conf.task_time_limit
-    if not limit or limit >= timeout:
-        raise ToolDefinitionError(
-            f"tool {tool_name!r}: retry_on_worker_loss needs a hard time limit (now {limit}) shorter than the "
-            f"broker's visibility timeout ({timeout} s), or Redis would hand the running job to a second "
-            "worker; configure_app(app, max_job=...) sets both"
-        )
 
 
 def _register(app: Celery, spec: ToolSpec) -> None:
@@ -239,8 +249,9 @@ def _register(app: Celery, spec: ToolSpec) -> None:
             f"tool name {spec.name!r} is taken by Celery task {existing.celery_task.name!r}; "
             "pass name=... to one of them"
         )
-    tools[spec.name] = spec
     _wrap_run(spec.celery_task)
+    tool_defined(spec)  # before it is listed: a tool that cannot be delivered is refused whole
+    tools[spec.name] = spec
     _watch_from_the_ack(spec.name, spec.celery_task)
 
 
@@ -254,11 +265,49 @@ def _watch_from_the_ack(tool_name: str, celery_task: Task[Any, Any]) -> None:
     if celery_task.Request == _DEFAULT_REQUEST:
         celery_task.Request = _TAKEN_REQUEST
     elif celery_task.Request != _TAKEN_REQUEST:
-        logger.warning(
-            "tool %r: its task has its own Request class; a worker lost between acking its message and "
-            "starting the job leaves the task working",
-            tool_name,
-        )
+        # The task has a Request class of its own: the same watch, mixed into it. Imported here only:
+        # the worker's request module is worker internals that a server importing the tools never needs.
+        from mcp_celery.worker.taken import watched_request
+
+        celery_task.Request = watched_request(celery_task.Request, tool_name)  # type: ignore[assignment]
+
+
+#: Set on the body of an ordinary Celery task that `follow_members` wraps.
+_MEMBER_WRAPPED = "_mcp_celery_member"
+
+
+@signals.worker_init.connect(weak=False)
+def _follow_members_at_worker_start(sender: Any = None, **_: Any) -> None:
+    """In a worker of an app with MCP tools: any of its tasks may be a workflow member (`run_workflow`)."""
+    app = getattr(sender, "app", None)
+    if isinstance(app, Celery) and registry(app):
+        follow_members(app)
+
+
+def follow_members(app: Celery) -> None:
+    """Route the body of every ordinary task of `app` through `run_job` when its message makes it a
+    workflow member (the PARENT_HEADER); any other call of it runs exactly as before, untouched.
+
+    At worker start, once the task modules are imported and before the pool forks or Celery builds
+    its tracers, which keep the body they find.
+    """
+    for name, task in app.tasks.items():
+        run = getattr(task, "run", None)
+        if run is None or name.startswith("celery.") or is_tool_task(task) or getattr(run, _MEMBER_WRAPPED, False):
+            continue
+        _follow(task, run)
+
+
+def _follow(celery_task: Task[Any, Any], run: Callable[..., Any]) -> None:
+    @functools.wraps(run)
+    def followed(*args: Any, **kwargs: Any) -> Any:
+        if getattr(celery_task.request, PARENT_HEADER, None) is None:
+            return run(*args, **kwargs)
+        return run_job(celery_task, run, args, kwargs)
+
+    setattr(followed, _MEMBER_WRAPPED, True)
+    celery_task.run = followed  # type: ignore[method-assign]
+    _mirror_update_state(celery_task)
 
 
 def _wrap_run(celery_task: Task[Any, Any]) -> None:

@@ -23,16 +23,22 @@ from celery import Task, signals
 from celery.exceptions import Ignore, Reject, Retry
 from redis.exceptions import RedisError
 
+from mcp_celery import logs, tracing
+from mcp_celery.binding import queues_readable
+from mcp_celery.canvas import PARENT_HEADER
 from mcp_celery.errors import ProtocolError, TaskCancelled
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
+from mcp_celery.status import ended_entry
+from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Lifetimes, TaskRecord
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker import outcome
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
 from mcp_celery.worker.heartbeat import Heartbeat
+from mcp_celery.worker.workflow import WorkflowStarted, after_member
 
-__all__ = ["is_tool_task", "run_job"]
+__all__ = ["RERUNS_USED_UP", "is_tool_task", "run_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +48,8 @@ _STORED = "_mcp_celery_outcome_stored"
 OUTSIDE_RETRY_S = 5.0
 #: Set on the task body `run_job` wraps.
 WRAPPED = "_mcp_celery_wrapped"
+#: Why a `retry_on_worker_loss` job that lost its worker too often is not run again.
+RERUNS_USED_UP = "the job lost its worker {times} times; it is not run again (retry_on_worker_loss)"
 
 
 def is_tool_task(task: Any) -> bool:
@@ -53,18 +61,56 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     """Run `run(*args, **kwargs)` as the body of `celery_task`'s current request."""
     worker = worker_binding(celery_task.app)
     store = worker.store
-    heartbeat = Heartbeat.of_process(store, worker.settings.worker_lost_timeout_s)
+    settings = worker.settings
+    heartbeat = Heartbeat.of_process(store, settings.worker_lost_timeout_s)
     task_id: str | None = celery_task.request.id
     # No record: an ordinary Celery call (or an eager run), not an MCP task; it runs as before.
     attached = bool(task_id) and not celery_task.request.is_eager
+    started_ms = now_ms()
     record = _start(celery_task, store, heartbeat) if attached else None
     if record is None:
-        with activate(JobContext(celery_task, store, None, input_timeout_s=worker.settings.input_timeout_s)):
+        with activate(JobContext(celery_task, store, None, input_timeout_s=settings.input_timeout_s)):
             return run(*args, **kwargs)
-    ctx = JobContext(celery_task, store, record, input_timeout_s=worker.settings.input_timeout_s)
-    heartbeat.add(record.task_id)
+    queue_check_s = settings.queue_check_s if queues_readable(celery_task.app) else None
+    ctx = JobContext(
+        celery_task,
+        store,
+        record,
+        input_timeout_s=settings.input_timeout_s,
+        queue_check_s=queue_check_s,
+        heartbeat=heartbeat,
+    )
+    heartbeat.node = heartbeat.node or str(celery_task.request.hostname or "")
+    heartbeat.add(record.task_id, record.tool, started_ms)
+    stopped = True
+    try:
+        with tracing.job_span(celery_task.request, record.tool, record.task_id):
+            value = _run_attached(celery_task, run, args, kwargs, ctx, store, heartbeat, record, started_ms)
+        stopped = False
+        return value
+    except (Exception, TaskCancelled):
+        stopped = False
+        raise
+    finally:
+        if record.parent is not None and not stopped:  # a workflow member: its MCP task may take a step now
+            _after_member(celery_task, store, record.parent)
+
+
+def _run_attached(
+    celery_task: Task[Any, Any],
+    run: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    ctx: JobContext,
+    store: SyncStore,
+    heartbeat: Heartbeat,
+    record: TaskRecord,
+    started_ms: int,
+) -> Any:
+    """Run the job's body in its context, then store how it ended (or that it handed over to a workflow)."""
     ended: dict[str, Any] | None = None
     interrupted = False
+    handed_over: WorkflowStarted | None = None
     with activate(ctx):
         try:
             if record.cancel_ms is not None:
@@ -74,11 +120,15 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
             value = run(*args, **kwargs)
             ended = outcome.succeeded(value)
             return value
+        except WorkflowStarted as started:
+            # The task follows its workflow now; Celery's own task ends here, saying so.
+            handed_over = started
+            return {"workflow": started.kind, "members": started.members}
         except TaskCancelled:
             ended = outcome.revoked("cancelled by client")
             _mark_cancelled(celery_task, "cancelled by client")
         except Retry:
-            store.progress(record.task_id, {"status": "RETRY"})  # the job runs again later
+            store.progress(record.task_id, {"status": "RETRY"}, record.parent)  # the job runs again later
             raise
         except (Ignore, Reject):
             raise  # Celery's own control flow: the main process reports what follows
@@ -92,7 +142,24 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
             interrupted = True
             raise
         finally:
-            _end(store, heartbeat, record.task_id, asked=ctx.asked_for_input, ended=ended, interrupted=interrupted)
+            if handed_over is not None:
+                heartbeat.discard(record.task_id)
+                store.handed_over(record.task_id, str(handed_over))
+            else:
+                entry = None if ended is None else _entry(record, ended, started_ms, ctx.input_wait_ms)
+                asked = ctx.asked_for_input
+                _end(store, heartbeat, record, asked=asked, ended=ended, interrupted=interrupted, entry=entry)
+
+
+def _after_member(celery_task: Task[Any, Any], store: SyncStore, parent_id: str) -> None:
+    """Let the MCP task a member belongs to take its next step (a server reading it would, too)."""
+    try:
+        settings = worker_binding(celery_task.app).settings
+        grace_ms = int(settings.cancel_grace_s * 1000)
+        check_after_s = settings.queue_check_s if queues_readable(celery_task.app) else None
+        after_member(celery_task.app, store, parent_id, grace_ms=grace_ms, check_after_s=check_after_s)
+    except Exception:  # noqa: BLE001 - the member's own end is stored; the next reader of the task takes the step
+        logger.warning("task %s: could not take its workflow's next step", parent_id, exc_info=True)
 
 
 def _start(celery_task: Task[Any, Any], store: SyncStore, heartbeat: Heartbeat) -> TaskRecord | None:
@@ -100,17 +167,24 @@ def _start(celery_task: Task[Any, Any], store: SyncStore, heartbeat: Heartbeat) 
     again = _may_run_again(celery_task)
     life_s = _record_life_s(celery_task, store.lifetimes)
     task_id = str(celery_task.request.id)
-    record = store.job_started(task_id, heartbeat.deadline_ms(), life_s, may_run_again=again)
+    parent = getattr(celery_task.request, PARENT_HEADER, None)  # a workflow member: its events are its task's
+    record = store.job_started(task_id, heartbeat.period_ms, life_s, may_run_again=again, channel=parent)
     if record is not None and record.final is not None:
-        # The task ended while its message was in flight (reported lost with a dead worker that
-        # had taken it): what clients were told stands, so the job does not run.
-        logger.warning("task %s: not run (the task has ended already: %s)", task_id, record.final.get("message"))
-        raise Ignore("the task ended before its job started")
+        # The task ended while its message was in flight (cancelled before its start, or reported lost
+        # with a dead worker that had taken it): what clients were told stands, so the job does not run.
+        reason = str(record.final.get("message") or "the task ended before its job started")
+        logger.warning("task %s: not run (the task has ended already: %s)", task_id, reason)
+        if record.final.get("status") == "cancelled":
+            _mark_cancelled(celery_task, reason)  # Celery's backend and Flower show REVOKED, not STARTED
+        raise Ignore(reason)
     if record is not None and record.alive_until_ms is not None and not again:
         # At most once: a second delivery (a message Celery restored at a cold shutdown, a
         # visibility timeout) never runs the job again; the first run's outcome stands.
         logger.warning("task %s: not run again (at-most-once; an earlier delivery started it)", task_id)
         raise Ignore("an earlier delivery of this at-most-once job started it")
+    if record is not None and logger.isEnabledFor(logging.INFO):  # the fields cost a hash of the principal
+        fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="working", event="started")
+        logger.info("task %s: job started", task_id, extra=fields)
     return record
 
 
@@ -123,25 +197,40 @@ def _may_run_again(celery_task: Task[Any, Any]) -> bool:
 def _end(
     store: SyncStore,
     heartbeat: Heartbeat,
-    task_id: str,
+    record: TaskRecord,
     *,
     asked: bool,
     ended: dict[str, Any] | None,
     interrupted: bool,
+    entry: EndedEntry | None = None,
 ) -> None:
+    task_id = record.task_id
     if interrupted:
         heartbeat.discard(task_id)  # first, or a beat could push the deadline on again
         try:
             # The heartbeat ends now, so servers report the task at once instead of a period later.
-            store.job_interrupted(task_id, now_ms())
+            store.job_interrupted(task_id, now_ms(), record.parent)
         except (RedisError, OSError):
             logger.warning("task %s: could not record that the job was stopped", task_id, exc_info=True)
+        fields = logs.task_fields(task_id, record.tool, principal=record.owner, event="interrupted")
+        logger.warning("task %s: job stopped before it ended (its process is being stopped)", task_id, extra=fields)
         return
     try:
-        store.job_ended(task_id, asked=asked, outcome=ended)
+        store.job_ended(task_id, asked=asked, outcome=ended, channel=record.parent, ended=entry)
     finally:
         # Only now: while the outcome waits for Redis, the job still counts as alive.
         heartbeat.discard(task_id)
+    if ended is not None and entry is not None:
+        tracing.annotate(task_id, record.tool, entry.status)
+        if logger.isEnabledFor(logging.INFO):
+            fields = logs.task_fields(task_id, record.tool, principal=record.owner, status=entry.status, event="ended")
+            logger.info("task %s: job ended, %s (%s)", task_id, entry.status, ended["status"], extra=fields)
+
+
+def _entry(record: TaskRecord, ended: dict[str, Any], started_ms: int, input_ms: int) -> EndedEntry:
+    """The ended stream's entry for this run's end (`mcp_celery.store.ended`)."""
+    created = record.created_ms
+    return ended_entry(record.task_id, record.tool, ended, created_ms=created, started_ms=started_ms, input_ms=input_ms)
 
 
 #: The Celery task attribute `retry_on_worker_loss` sets: how many times the job may run again.
@@ -159,9 +248,7 @@ def _refuse_endless_reruns(celery_task: Task[Any, Any], store: SyncStore, task_i
         return  # at-most-once: nothing counted, no extra round trip
     runs = store.count_run(task_id)
     if runs > allowed + 1:
-        raise ProtocolError(
-            INTERNAL_ERROR, f"the job lost its worker {runs - 1} times; it is not run again (retry_on_worker_loss)"
-        )
+        raise ProtocolError(INTERNAL_ERROR, RERUNS_USED_UP.format(times=runs - 1))
 
 
 def _record_life_s(celery_task: Task[Any, Any], lifetimes: Lifetimes) -> int | None:
@@ -197,9 +284,15 @@ def _store_outside_the_job(task: Any, task_id: str | None, ended: dict[str, Any]
         return
     try:
         # Briefly: in the worker's main process a long wait would hold up every other job.
-        worker_binding(task.app).store.job_ended(task_id, asked=True, outcome=ended, retry_s=OUTSIDE_RETRY_S)
+        store = worker_binding(task.app).main_process_store
+        # The record is not read here: the script takes the tool and creation time from it for the entry.
+        entry = ended_entry(task_id, "", ended, created_ms=0, started_ms=None)
+        store.job_ended(task_id, asked=True, outcome=ended, retry_s=OUTSIDE_RETRY_S, ended=entry)
     except Exception:  # noqa: BLE001 - never break Celery's own failure path; the heartbeat still tells
         logger.warning("could not store the outcome of task %s", task_id, exc_info=True)
+        return
+    fields = logs.task_fields(task_id, status=entry.status, event="ended")
+    logger.info("task %s: job ended outside its run, %s (%s)", task_id, entry.status, ended["status"], extra=fields)
 
 
 @signals.task_failure.connect(weak=False)
@@ -226,7 +319,7 @@ def _revoked_outside_the_job(
         return
     if terminated and sender.acks_late and sender.reject_on_worker_lost:
         try:
-            if not worker_binding(sender.app).store.cancel_requested(task_id):
+            if not worker_binding(sender.app).main_process_store.cancel_requested(task_id):
                 return
         except Exception:  # noqa: BLE001 - unknown: let the heartbeat and the reaper tell
             return

@@ -11,26 +11,38 @@ that computes for an hour without a checkpoint is still alive.
 Before a job starts there is a moment no job heartbeat covers: the worker's main process acks an
 at-most-once job's message as soon as a pool process takes it (Celery's early ack), and the job
 beats only once it has started. `TakenBeat`, in the main process, covers it: the worker marks the
-task `taken` just before that ack and beats the mark until the job starts (JOB_START removes it)
-or ends; a worker that dies in between leaves the mark to run out, and servers end the task
-`failed` (`mcp_celery.status`).
+task `taken` just before that ack (with a Redis broker, a moment after it unless the job started)
+and beats the mark until the job starts (its heartbeat counts then) or ends; a worker that dies in
+between leaves the mark to run out, and servers end the task `failed` (`mcp_celery.status`).
+
+With each beat, a job heartbeat also says what its process runs (`WorkerPresence`: each job's task,
+tool, start, and since when it waits for input), in the same round trip, idle or not, for the
+deployment's figures (`mcp_celery.store.deployment`, `mcp-celery top`): nothing per job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import threading
+import time
 from typing import Self
 
 from redis.exceptions import RedisError
 
 from mcp_celery.protocol import now_ms
+from mcp_celery.store.deployment import WorkerJob, WorkerPresence
+from mcp_celery.store.replication import NotReplicated
 from mcp_celery.store.sync import SyncStore
 
 __all__ = ["Heartbeat", "TakenBeat"]
 
 logger = logging.getLogger(__name__)
+
+#: How long a `taken` mark may wait for the job to start first (at most a sixth of the heartbeat timeout).
+MARK_AFTER_S = 1.0
 
 
 class Heartbeat:
@@ -39,11 +51,17 @@ class Heartbeat:
     _instances: dict[tuple[type[Heartbeat], int, int], Heartbeat] = {}
     _lock = threading.Lock()
     thread_name = "mcp-celery-heartbeat"
+    #: Whether the beats say what the process runs (the job heartbeat's; not the main process's marks).
+    presents = True
 
     def __init__(self, store: SyncStore, timeout_s: float) -> None:
         self.store = store
         self.timeout_s = timeout_s
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        #: The Celery worker's name (celery@host), from the first job's request.
+        self.node = ""
         self._jobs: set[str] = set()
+        self._shown: dict[str, WorkerJob] = {}
         self._jobs_lock = threading.Lock()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
@@ -60,39 +78,126 @@ class Heartbeat:
             assert isinstance(found, cls)
             return found
 
-    def deadline_ms(self) -> int:
-        return now_ms() + int(self.timeout_s * 1000)
+    @property
+    def period_ms(self) -> int:
+        """How long one beat keeps a job alive."""
+        return int(self.timeout_s * 1000)
 
-    def add(self, task_id: str) -> None:
+    def deadline_ms(self) -> int:
+        return now_ms() + self.period_ms
+
+    def add(self, task_id: str, tool: str = "", started_ms: int = 0) -> None:
         with self._jobs_lock:
             self._jobs.add(task_id)
+            self._shown[task_id] = WorkerJob(task_id, tool, started_ms)
+
+    def waiting(self, task_id: str, since_ms: int | None) -> None:
+        """The job waits for input since `since_ms` (None: no more); the next beat says so."""
+        with self._jobs_lock:
+            job = self._shown.get(task_id)
+            if job is not None:
+                self._shown[task_id] = WorkerJob(job.task_id, job.tool, job.started_ms, since_ms)
 
     def discard(self, task_id: str) -> None:
         with self._jobs_lock:
             self._jobs.discard(task_id)
+            self._shown.pop(task_id, None)
 
     def _run(self) -> None:
-        interval = self.timeout_s / 3
-        while not self._wake.wait(interval):
-            with self._jobs_lock:
-                jobs = sorted(self._jobs)
-            if not jobs:
-                continue
-            try:
+        while not self._wake.wait(self._tick_s()):
+            self._tick()
+
+    def _tick_s(self) -> float:
+        return self.timeout_s / 3
+
+    def _tick(self) -> None:
+        with self._jobs_lock:
+            jobs = sorted(self._jobs)
+        if not jobs and not self.presents:
+            return
+        try:
+            self._beat(jobs, self.deadline_ms())
+        except NotReplicated as exc:
+            # Written, but maybe on a primary that Sentinel replaced (its look-up is done now): beat
+            # again at once, so the new primary hears of the jobs before their deadline runs out there.
+            logger.warning("heartbeat for %d job(s): %s; beating again", len(jobs), exc)
+            with contextlib.suppress(RedisError, OSError, NotReplicated):
                 self._beat(jobs, self.deadline_ms())
-            except (RedisError, OSError):
-                # Redis may be restarting; the next beat tries again, and a deadline missed
-                # meanwhile is what a lost worker looks like, so keep the period short.
-                logger.warning("heartbeat for %d job(s) failed", len(jobs), exc_info=True)
+        except (RedisError, OSError):
+            # Redis may be restarting; the next beat tries again, and a deadline missed
+            # meanwhile is what a lost worker looks like, so keep the period short.
+            logger.warning("heartbeat for %d job(s) failed", len(jobs), exc_info=True)
 
     def _beat(self, jobs: list[str], deadline_ms: int) -> None:
-        self.store.beat(jobs, deadline_ms)
+        with self._jobs_lock:
+            shown = tuple(self._shown.values())
+        presence = WorkerPresence(self.worker_id, self.node, deadline_ms - self.period_ms, shown)
+        self.store.beat(jobs, deadline_ms, presence)
 
 
 class TakenBeat(Heartbeat):
-    """Beats the `taken` mark of the jobs whose message this process acked early, until each starts."""
+    """Beats the `taken` mark of the jobs whose message this process acked early, until each starts.
+
+    With a broker whose queues servers look into (Redis), a mark may wait (`mark_soon`): a job that
+    starts within `mark_after_s` (nearly every one) then costs no command at all, and one whose
+    worker dies before the mark is found by the servers' own looks for its message, which call it
+    lost only when it is nowhere twice, a reaper period (a third of the heartbeat timeout) apart:
+    longer than the wait, so the mark or the job's start comes between the two.
+    """
 
     thread_name = "mcp-celery-taken-beat"
+    presents = False
+
+    def __init__(self, store: SyncStore, timeout_s: float) -> None:
+        self._due: dict[str, float] = {}  # task id -> when to mark it (monotonic), if it has not started
+        self._failed: set[str] = set()  # due tasks whose mark failed once (said once, then retried quietly)
+        self._next_beat = time.monotonic() + timeout_s / 3
+        self.mark_after_s = min(MARK_AFTER_S, timeout_s / 6)
+        super().__init__(store, timeout_s)
+
+    def mark_soon(self, task_id: str) -> None:
+        """Mark the task `taken` in `mark_after_s` unless its request ends first (`discard`)."""
+        with self._jobs_lock:
+            self._due[task_id] = time.monotonic() + self.mark_after_s
+
+    def discard(self, task_id: str) -> None:
+        with self._jobs_lock:
+            self._due.pop(task_id, None)
+            self._failed.discard(task_id)
+        super().discard(task_id)
+
+    def _tick_s(self) -> float:
+        return min(self.timeout_s / 3, self.mark_after_s / 2)
+
+    def _tick(self) -> None:
+        self._mark_due()
+        if time.monotonic() >= self._next_beat:
+            self._next_beat = time.monotonic() + self.timeout_s / 3
+            super()._tick()
+
+    def _mark_due(self) -> None:
+        now = time.monotonic()
+        with self._jobs_lock:
+            due = [task_id for task_id, at in self._due.items() if at <= now]
+        for task_id in due:
+            try:
+                marked = self.store.mark_taken(task_id, self.deadline_ms())
+            except (RedisError, OSError):
+                # Tried again next tick while the job has not started: its message is acked, so servers
+                # find it nowhere, and an unmarked task would be called lost with its worker alive.
+                with self._jobs_lock:
+                    if self._due.pop(task_id, None) is not None:
+                        self._due[task_id] = time.monotonic() + self._tick_s()
+                        first = task_id not in self._failed
+                        self._failed.add(task_id)
+                if first:
+                    logger.warning("task %s: could not mark its message taken; trying again", task_id, exc_info=True)
+                continue
+            with self._jobs_lock:
+                still_due = self._due.pop(task_id, None) is not None  # not if its request ended meanwhile
+                self._failed.discard(task_id)
+            if marked and still_due:
+                self.add(task_id)
 
     def _beat(self, jobs: list[str], deadline_ms: int) -> None:
         # A job that started (its own heartbeat beats now) or ended needs no more beats.

@@ -29,7 +29,10 @@ from redis.exceptions import RedisError
 
 from mcp_celery.worker.config import worker_binding
 
-__all__ = ["install_shutdown_grace"]
+__all__ = ["SHUT_DOWN_BEFORE_DONE", "install_shutdown_grace"]
+
+#: Why a job stopped by a worker's shutdown ended `failed`.
+SHUT_DOWN_BEFORE_DONE = "the worker shut down before the job finished"
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +81,7 @@ class ShutdownGrace:
         worker = worker_binding(app)
         grace = worker.settings.shutdown_grace_s
         warm = how == "Warm"
-        reason = "the worker shut down before the job finished" + (
-            f" (shutdown grace period {grace:g} s)" if warm else ""
-        )
+        reason = SHUT_DOWN_BEFORE_DONE + (f" (shutdown grace period {grace:g} s)" if warm else "")
         try:
             worker.store.note_lost_reason(running_task_ids(), reason)
         except (RedisError, OSError):

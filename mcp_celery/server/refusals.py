@@ -1,0 +1,153 @@
+"""The SDK's bare HTTP refusals, reworded at the server's own HTTP boundary so each says what to do.
+
+Server tier. An ASGI middleware around the Streamable HTTP app; it rewrites four answers the SDK
+gives before any handler of ours runs, and passes everything else through untouched:
+
+* 413 `Request body too large` names MCP_CELERY_MAX_REQUEST_BYTES and its value;
+* 421 `Invalid Host header` names the Host received and MCP_CELERY_ALLOWED_HOSTS;
+* 403 `Invalid Origin header` names the Origin received and MCP_CELERY_ALLOWED_HOSTS;
+* the initialize-era transport's answer to JSON that is not a JSON-RPC message (`[1, 2]`,
+  `{"foo": 1}`, `"str"`): HTTP 400 with -32602 and pydantic's whole validation dump, links
+  included, becomes -32600 `Invalid Request`, as the 2026-07-28 path and stdio answer it.
+
+Each rewrite matches the SDK's exact status and body, so an SDK that words them differently is
+passed through as it is (and the tests that pin these answers fail). Only responses with one of
+those statuses are buffered, and only until their body is complete; streams are never held.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from mcp_types import INVALID_REQUEST
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcp_celery.protocol import INVALID_PARAMS
+from mcp_celery.settings import Settings
+
+__all__ = ["INVALID_REQUEST_MESSAGE", "SDK_REFUSALS", "RewordedRefusals"]
+
+#: The message of -32600 for a body that is JSON but not a JSON-RPC message, as over stdio.
+INVALID_REQUEST_MESSAGE = "Invalid Request"
+#: The plain-text refusals of the SDK that are reworded, by HTTP status.
+SDK_REFUSALS = {403: b"Invalid Origin header", 413: b"Request body too large", 421: b"Invalid Host header"}
+#: The longest Host or Origin value quoted back in a refusal.
+_QUOTED_MAX = 100
+
+Reword = Callable[[bytes, Headers], bytes | None]
+#: The statuses whose responses are held until complete, to be reworded.
+REWORDED_STATUSES = frozenset({400, *SDK_REFUSALS})
+
+
+class RewordedRefusals:
+    """ASGI middleware: rewrites the SDK's 400 (not JSON-RPC), 403, 413 and 421 answers; see the module docstring."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        limit = settings.max_request_bytes
+        self._rewords: dict[int, Reword] = {
+            400: _not_json_rpc,
+            403: _exact(SDK_REFUSALS[403], _origin_refused),
+            413: _exact(
+                SDK_REFUSALS[413],
+                lambda _: f"Request body too large: the limit is {limit} bytes (MCP_CELERY_MAX_REQUEST_BYTES)",
+            ),
+            421: _exact(SDK_REFUSALS[421], _host_refused),
+        }
+
+    def reword(self, status: int, body: bytes, request_headers: Headers) -> bytes | None:
+        """The body to send instead of the SDK's `body` for `status`, or None to send it as it is."""
+        reword = self._rewords.get(status)
+        return None if reword is None else reword(body, request_headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, receive, _Rewording(send, self, Headers(scope=scope)))
+
+
+class _Rewording:
+    """The `send` of one request: holds a response with a status to reword until its body is complete."""
+
+    def __init__(self, send: Send, refusals: RewordedRefusals, request_headers: Headers) -> None:
+        self._send = send
+        self._refusals = refusals
+        self._request_headers = request_headers
+        self._start: Message | None = None
+        self._body = bytearray()
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] in REWORDED_STATUSES:
+            self._start = message
+            return
+        if self._start is None or message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        self._body.extend(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        start, body = self._start, bytes(self._body)
+        self._start = None
+        reworded = self._refusals.reword(start["status"], body, self._request_headers)
+        if reworded is None:
+            await self._send(start)
+            await self._send({"type": "http.response.body", "body": body})
+            return
+        await self._send({**start, "headers": _with_length(start.get("headers", []), len(reworded))})
+        await self._send({"type": "http.response.body", "body": reworded})
+
+
+def _exact(sdk_body: bytes, text: Callable[[Headers], str]) -> Reword:
+    """A rewrite of the plain-text refusal whose body is exactly `sdk_body`."""
+
+    def reword(body: bytes, request_headers: Headers) -> bytes | None:
+        return text(request_headers).encode() if body == sdk_body else None
+
+    return reword
+
+
+def _host_refused(headers: Headers) -> str:
+    return (
+        f"Invalid Host header {_quoted(headers.get('host'))}: allowed are localhost, 127.0.0.1, [::1] and the "
+        "names in MCP_CELERY_ALLOWED_HOSTS; set it to the name clients use"
+    )
+
+
+def _origin_refused(headers: Headers) -> str:
+    return (
+        f"Invalid Origin header {_quoted(headers.get('origin'))}: allowed are the loopback origins and those of "
+        "the names in MCP_CELERY_ALLOWED_HOSTS"
+    )
+
+
+def _quoted(value: str | None) -> str:
+    if value is None:
+        return "(none)"
+    return repr(value if len(value) <= _QUOTED_MAX else value[:_QUOTED_MAX] + "...")
+
+
+def _not_json_rpc(body: bytes, _: Headers) -> bytes | None:
+    """-32600 for the legacy transport's envelope-validation answer (-32602, id null, a pydantic dump)."""
+    try:
+        reply: Any = json.loads(body)
+    except ValueError:
+        return None
+    error = reply.get("error") if isinstance(reply, dict) else None
+    if not (
+        isinstance(error, dict)
+        and reply.get("id") is None
+        and error.get("code") == INVALID_PARAMS
+        and str(error.get("message", "")).startswith("Validation error:")
+    ):
+        return None
+    invalid = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": INVALID_REQUEST_MESSAGE}}
+    return json.dumps(invalid, separators=(",", ":")).encode()
+
+
+def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
+    kept = [(name, value) for name, value in headers if name.lower() != b"content-length"]
+    return [*kept, (b"content-length", str(length).encode())]
