@@ -22,7 +22,9 @@ mcp_celery.configure_app(app)
 
 __all__ = ["app"]
 
+import jobs.code_review  # noqa: E402, F401  (registers code_review on `app`)
 import jobs.logs  # noqa: E402, F401  (registers log_search on `app`)
+import jobs.sweep  # noqa: E402, F401  (registers train_sweep on `app`)
 import jobs.training  # noqa: E402, F401  (registers train_model on `app`)
 from mcp_celery.demo_jobs import register as _register_demo_tools  # noqa: E402
 

@@ -16,7 +16,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LogFile", "LogSearchError", "expand", "log_root", "open_inside"]
+__all__ = [
+    "LogFile",
+    "LogSearchError",
+    "admit",
+    "configured_root",
+    "expand",
+    "log_root",
+    "open_inside",
+    "relative_segments",
+]
 
 GZIP_MAGIC = b"\x1f\x8b"
 _MAGIC_CHARS = frozenset("*?[")
@@ -43,12 +52,22 @@ def log_root(value: str | None = None) -> Path:
         RuntimeError: no root is configured, or it is not a directory (a deployment problem,
             not the caller's).
     """
-    raw = value if value is not None else os.environ.get("JOBS_LOG_ROOT", "")
+    return configured_root("JOBS_LOG_ROOT", "where the logs are", value)
+
+
+def configured_root(variable: str, purpose: str, value: str | None = None) -> Path:
+    """The resolved directory `value`, else the one the environment `variable` names.
+
+    Raises:
+        RuntimeError: none is configured, or it is not a directory (the message says the worker
+            does not know `purpose`).
+    """
+    raw = value if value is not None else os.environ.get(variable, "")
     if not raw:
-        raise RuntimeError("JOBS_LOG_ROOT is not set: the worker does not know where the logs are")
+        raise RuntimeError(f"{variable} is not set: the worker does not know {purpose}")
     root = Path(raw).resolve()
     if not root.is_dir():
-        raise RuntimeError(f"JOBS_LOG_ROOT {raw!r} is not a directory")
+        raise RuntimeError(f"{variable} {raw!r} is not a directory")
     return root
 
 
@@ -58,15 +77,27 @@ def split_glob(pattern: str) -> list[str]:
     Raises:
         LogSearchError: empty, absolute, or with a `..` segment.
     """
-    if not pattern.strip() or "\0" in pattern:
+    if not pattern.strip():
         raise LogSearchError("paths must be a non-empty glob relative to the log root, e.g. 'app/*.log'")
-    if pattern.startswith(("/", "\\")) or os.path.isabs(pattern):
-        raise LogSearchError(f"paths {pattern!r} is absolute; give a glob relative to the log root")
-    segments = [s for s in pattern.replace("\\", "/").split("/") if s not in ("", ".")]
-    if ".." in segments:
-        raise LogSearchError(f"paths {pattern!r} escapes the log root ('..' is not allowed)")
+    segments = relative_segments(pattern, "paths", "glob", "the log root", LogSearchError)
     if not segments:
         raise LogSearchError(f"paths {pattern!r} names no file")
+    return segments
+
+
+def relative_segments(path: str, name: str, kind: str, root_name: str, error: type[ValueError]) -> list[str]:
+    """The segments of `path` (argument `name`, a `kind` of path) below a root, without `.` and empty ones.
+
+    Raises:
+        ValueError: of type `error`, when the path is absolute, has a `..` segment or a NUL character.
+    """
+    if "\0" in path:
+        raise error(f"{name} must not contain NUL characters")
+    if path.startswith(("/", "\\")) or os.path.isabs(path):
+        raise error(f"{name} {path!r} is absolute; give a {kind} relative to {root_name}")
+    segments = [s for s in path.replace("\\", "/").split("/") if s not in ("", ".")]
+    if ".." in segments:
+        raise error(f"{name} {path!r} escapes {root_name} ('..' is not allowed)")
     return segments
 
 
@@ -80,9 +111,19 @@ def expand(root: Path, pattern: str) -> tuple[list[LogFile], list[str]]:
     Raises:
         LogSearchError: the glob is invalid or matches no file.
     """
+    files, skipped = admit(root, sorted(set(_walk(root, "", split_glob(pattern)))))
+    if not files:
+        extra = f" ({'; '.join(skipped[:5])})" if skipped else ""
+        raise LogSearchError(f"no file under the log root matches {pattern!r}{extra}")
+    return files, skipped
+
+
+def admit(root: Path, names: list[str]) -> tuple[list[LogFile], list[str]]:
+    """The files of `names` (relative to `root`, as `expand` lists them) that may be searched, each
+    admitted as `expand` admits it, and the skipped names with the reason."""
     files: list[LogFile] = []
     skipped: list[str] = []
-    for name in sorted(set(_walk(root, "", split_glob(pattern)))):
+    for name in names:
         reason, real = _admit(root, root / name)
         if reason:
             skipped.append(f"{name}: {reason}")
@@ -91,9 +132,6 @@ def expand(root: Path, pattern: str) -> tuple[list[LogFile], list[str]]:
         with open_inside(root, real) as handle:
             size = os.fstat(handle.fileno()).st_size
             files.append(LogFile(name, real, size, handle.read(2) == GZIP_MAGIC))
-    if not files:
-        extra = f" ({'; '.join(skipped[:5])})" if skipped else ""
-        raise LogSearchError(f"no file under the log root matches {pattern!r}{extra}")
     return files, skipped
 
 
@@ -147,8 +185,10 @@ def _admit(root: Path, candidate: Path) -> tuple[str, Path | None]:
     return "", real
 
 
-def open_inside(root: Path, real: Path) -> _Handle:
+def open_inside(root: Path, real: Path, root_name: str = "the log root") -> _Handle:
     """Open the resolved path `real` for reading, refusing anything that is not a regular file inside `root`.
+
+    `root_name` names the root in the error ("the repository root").
 
     Raises:
         PermissionError: the path (or what it has become since it was checked) is outside the root.
@@ -161,7 +201,7 @@ def open_inside(root: Path, real: Path) -> _Handle:
             raise OSError(f"{real} is not a regular file")
         proc_link = f"/proc/self/fd/{fd}"
         if os.path.islink(proc_link) and not Path(os.readlink(proc_link)).is_relative_to(root):
-            raise PermissionError(f"{real} is outside the log root")
+            raise PermissionError(f"{real} is outside {root_name}")
     except BaseException:
         os.close(fd)
         raise

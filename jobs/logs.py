@@ -1,27 +1,84 @@
 """The `log_search` tool: grep the team's log files from an assistant, as a Celery job.
 
 The worker reads the logs under `JOBS_LOG_ROOT`; the search itself lives in `jobs._logsearch`
-(ripgrep on both cores, no Celery), this module only turns arguments into a query, progress
-into `statusMessage`, and bad arguments into JSON-RPC -32602 errors.
+(ripgrep processes side by side, no Celery), this module only turns arguments into a query,
+progress into `statusMessage`, and bad arguments into JSON-RPC -32602 errors.
+
+How many rg processes one search runs at once: `JOBS_LOG_SEARCH_PROCESSES` if set, else the CPUs
+the worker may use divided by its concurrency (at least one), so that a worker running one
+search per pool process at once never starts more rg processes than there are CPUs:
+`celery -A jobs worker -c 4` on 16 CPUs runs 4 per search, 16 in all.
+
+A search over more than `JOBS_LOG_SHARD_BYTES` of files (1 GB by default) is sharded across the
+workers: the files, in order, are cut into shards of about that size (a file is never cut), each
+searched by a workflow member (`log_search_shard`, an ordinary Celery task) on whatever worker
+takes it, and a merge step (`log_search_merge`) adds the counts up and keeps the first matches in
+file order: the same result as one process searching them all.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Any
 
+from celery import chord, group, signals
 from pydantic import BaseModel, Field
 
 import mcp_celery
 from jobs import app
-from jobs._logfiles import LogSearchError, log_root
+from jobs._logfiles import LogFile, LogSearchError, admit, expand, log_root
 from jobs._logfilters import LineFilter
-from jobs._logsearch import Progress, Query, search
+from jobs._logsearch import Progress, Query, SearchResult, available_cpus, search_files, validated
 
-__all__ = ["LogMatch", "LogSearchResult", "log_search"]
+__all__ = [
+    "PROCESSES_ENV",
+    "SHARD_BYTES_ENV",
+    "LogMatch",
+    "LogSearchResult",
+    "log_search",
+    "log_search_merge",
+    "log_search_shard",
+    "search_processes",
+    "shards_of",
+]
 
 STATUS_EVERY_S = 0.5  # statusMessage at most twice a second; cancel is checked every tick (20 ms)
 MAX_MATCHES_LIMIT = 10_000
+#: rg processes one search runs at once (default: the CPUs the worker may use / its concurrency).
+PROCESSES_ENV = "JOBS_LOG_SEARCH_PROCESSES"
+#: Above this many bytes of files a search is sharded across the workers (and shards are about this big).
+SHARD_BYTES_ENV = "JOBS_LOG_SHARD_BYTES"
+DEFAULT_SHARD_BYTES = 1_000_000_000
+
+#: The concurrency of the worker this process belongs to, noted in its main process at start
+#: (pool processes are forked from it, so they see it too); None outside a worker.
+_worker_concurrency: int | None = None
+
+
+@signals.worker_init.connect(weak=False)
+def _note_worker_concurrency(sender: Any = None, **_: Any) -> None:
+    global _worker_concurrency
+    concurrency = getattr(sender, "concurrency", None)
+    if isinstance(concurrency, int) and concurrency > 0:
+        _worker_concurrency = concurrency
+    elif concurrency is not None:  # "auto", resolved after this signal: one pool process per CPU
+        _worker_concurrency = available_cpus()
+
+
+def search_processes() -> int:
+    """rg processes one search may run at once: JOBS_LOG_SEARCH_PROCESSES, else CPUs / concurrency.
+
+    Raises:
+        ValueError: JOBS_LOG_SEARCH_PROCESSES is not a whole number of at least 1.
+    """
+    configured = os.environ.get(PROCESSES_ENV, "").strip()
+    if configured:
+        if not configured.isdigit() or int(configured) < 1:
+            raise ValueError(f"{PROCESSES_ENV} must be a whole number of at least 1, not {configured!r}")
+        return int(configured)
+    return max(1, available_cpus() // (_worker_concurrency or 1))
 
 
 class LogMatch(BaseModel):
@@ -37,9 +94,20 @@ class LogSearchResult(BaseModel):
     bytes_scanned: int = Field(description="bytes read from the files (compressed size for gzip)")
     seconds: float
     skipped: list[str] = Field(description="files the glob matched but that were not searched, and why")
+    rg_processes: int = Field(description=f"rg processes the search could run at once ({PROCESSES_ENV})")
+    shards: int = Field(default=1, description=f"searches it was split into, across the workers ({SHARD_BYTES_ENV})")
 
 
-@mcp_celery.tool(app)
+def shards_so_far(members: Sequence[mcp_celery.MemberStatus]) -> str:
+    """A sharded search's statusMessage: `2/4 shards done, 12,345 matches so far; log_search_shard-3: file 2/5, ...`."""
+    done = [m for m in members if m.status == "completed" and isinstance(m.result, dict)]
+    running = [m for m in members if m.status == "working" and m.status_message not in (None, "queued")]
+    matches = sum(int(m.result["total_matches"]) for m in done)
+    words = f"{len(done)}/{len(members)} shards done, {matches:,} matches so far"
+    return f"{words}; {running[-1].label}: {running[-1].status_message}" if running else words
+
+
+@mcp_celery.tool(app, workflow_summary=shards_so_far)
 def log_search(
     ctx: mcp_celery.JobContext,
     paths: Annotated[str, Field(description="glob relative to the log root, e.g. 'api/*.log' or '**/*.gz'")],
@@ -56,19 +124,103 @@ def log_search(
     out when either is set; a time without a zone is UTC); level compares the first word after
     that timestamp or a level= field.
     """
+    started = time.time()
+    criteria = {"pattern": pattern, "regex": regex, "since": since, "until": until, "level": level}
     try:
-        query = Query(pattern, regex, LineFilter.build(since, until, level), max_matches)
-        result = search(log_root(), paths, query, tick=_Reporter(ctx))
+        query = _query(criteria, max_matches)
+        root = log_root()
+        files, skipped = expand(root, paths)
+        shards = shards_of(files, shard_bytes())
+        if len(shards) > 1:
+            validated(root, query)  # a bad pattern is the caller's error, found before any shard is sent
     except LogSearchError as exc:
         raise mcp_celery.ProtocolError(-32602, str(exc)) from None
+    if len(shards) > 1:
+        members = group(log_search_shard.s([f.name for f in shard], criteria, max_matches) for shard in shards)
+        ctx.run_workflow(chord(members, log_search_merge.s(max_matches, skipped, started)))
+    try:
+        result = search_files(root, files, query, skipped=skipped, tick=_Reporter(ctx), workers=search_processes())
+    except LogSearchError as exc:
+        raise mcp_celery.ProtocolError(-32602, str(exc)) from None
+    return _result(result, time.time() - started)
+
+
+def _query(criteria: dict[str, Any], max_matches: int) -> Query:
+    line_filter = LineFilter.build(criteria["since"], criteria["until"], criteria["level"])
+    return Query(criteria["pattern"], criteria["regex"], line_filter, max_matches)
+
+
+def _result(result: SearchResult, seconds: float, shards: int = 1) -> LogSearchResult:
     return LogSearchResult(
         matches=[LogMatch(file=m.file, line_number=m.line_number, line=m.line) for m in result.matches],
         total_matches=result.total_matches,
         files=result.files,
         bytes_scanned=result.bytes_scanned,
-        seconds=result.seconds,
+        seconds=round(seconds, 3),
         skipped=result.skipped,
+        rg_processes=result.processes,
+        shards=shards,
     )
+
+
+def shard_bytes() -> int:
+    """JOBS_LOG_SHARD_BYTES, else 1 GB.
+
+    Raises:
+        ValueError: it is set, and not a whole number of at least 1.
+    """
+    configured = os.environ.get(SHARD_BYTES_ENV, "").strip()
+    if not configured:
+        return DEFAULT_SHARD_BYTES
+    if not configured.isdigit() or int(configured) < 1:
+        raise ValueError(f"{SHARD_BYTES_ENV} must be a whole number of bytes, at least 1, not {configured!r}")
+    return int(configured)
+
+
+def shards_of(files: list[LogFile], limit: int) -> list[list[LogFile]]:
+    """The files, in order, cut into runs of about `limit` bytes (a file is never cut); one run when they fit."""
+    if sum(f.size for f in files) <= limit:
+        return [files]
+    shards: list[list[LogFile]] = [[]]
+    size = 0
+    for log in files:
+        if shards[-1] and size + log.size > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(log)
+        size += log.size
+    return shards
+
+
+@app.task
+def log_search_shard(names: list[str], criteria: dict[str, Any], max_matches: int) -> dict[str, Any]:
+    """One shard of a sharded search (a workflow member): the files it names, admitted again here."""
+    ctx = mcp_celery.current_context()
+    assert ctx is not None
+    root = log_root()
+    files, skipped = admit(root, names)
+    result = search_files(
+        root, files, _query(criteria, max_matches), skipped=skipped, tick=_Reporter(ctx), workers=search_processes()
+    )
+    return _result(result, result.seconds).model_dump()
+
+
+@app.task
+def log_search_merge(
+    shards: list[dict[str, Any]], max_matches: int, skipped: list[str], started: float
+) -> dict[str, Any]:
+    """A sharded search's merge step: counts added up, the first matches in file order (shards are in file order)."""
+    results = [LogSearchResult.model_validate(shard) for shard in shards]
+    return LogSearchResult(
+        matches=[match for result in results for match in result.matches][:max_matches],
+        total_matches=sum(r.total_matches for r in results),
+        files=sum(r.files for r in results),
+        bytes_scanned=sum(r.bytes_scanned for r in results),
+        seconds=round(time.time() - started, 3),
+        skipped=[*skipped, *(name for r in results for name in r.skipped)],
+        rg_processes=max(r.rg_processes for r in results),
+        shards=len(results),
+    ).model_dump()
 
 
 class _Reporter:

@@ -7,11 +7,13 @@ task id, and reports `epoch 7/20, val accuracy 0.953` as the task's `statusMessa
 cancel checkpoint. Training stops early after `patience` epochs without an improvement of at least
 `min_delta`. At the end the job asks the user whether to save the best model.
 
-Delivery: `acks_late` with `reject_on_worker_lost`, so a job whose pool process dies (OOM killer,
-SIGKILL) is put back on the queue and run again with the same task id; that execution loads the last
-checkpoint and carries on at the next epoch. A lost whole worker is redelivered after the broker's
-visibility timeout (see the README). Answers already given are replayed by mcp-celery, so a re-run does
-not ask twice.
+Delivery: at-least-once (`retry_on_worker_loss=True`: late ack, reject on worker loss). A job whose pool
+process dies (OOM killer, SIGKILL) is put back on its queue by its worker at once; when the whole worker
+dies (or its machine), the MCP server puts the message back as soon as the job's heartbeat runs out
+(MCP_CELERY_WORKER_LOST_TIMEOUT_S, 30 s by default), not after the broker's visibility timeout. Either
+way any worker runs it again with the same task id; that execution loads the last checkpoint and carries
+on at the next epoch. Answers already given are replayed by mcp-celery, so a re-run does not ask twice.
+A job that has lost its worker four times is not run again: its task ends failed.
 
 Needs the `jobs` extra: `pip install -e '.[jobs]'` (scikit-learn).
 """
@@ -19,6 +21,7 @@ Needs the `jobs` extra: `pip install -e '.[jobs]'` (scikit-learn).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -43,12 +46,16 @@ from jobs import app
 
 __all__ = [
     "EpochMetrics",
+    "Hyperparameters",
     "TrainingResult",
+    "TrainingState",
     "artifact_dir",
     "checkpoint_path",
     "make_dataset",
     "model_path",
+    "train",
     "train_model",
+    "write_atomically",
 ]
 
 SAVE_QUESTION = {
@@ -119,7 +126,7 @@ def model_path(task_id: str) -> Path:
     return artifact_dir() / "train_model" / "models" / f"{_file_key(task_id)}.joblib"
 
 
-def _write_atomically(value: Any, path: Path) -> None:
+def write_atomically(value: Any, path: Path) -> None:
     """A kill during the write leaves the previous file intact: write aside, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
@@ -181,7 +188,58 @@ def _ask_to_save(ctx: mcp_celery.JobContext, state: TrainingState, stopped_early
     return answer.action == "accept" and bool((answer.content or {}).get("save"))
 
 
-@mcp_celery.tool(app, task_mode="required", acks_late=True, reject_on_worker_lost=True)
+@dataclass(frozen=True)
+class Hyperparameters:
+    """What one training run is given (the same always gives the same run: a seeded generator)."""
+
+    epochs: int = 20
+    patience: int = 3
+    min_delta: float = 0.001
+    samples: int = 400_000
+    features: int = 40
+    hidden_units: int = 128
+    alpha: float = 0.0001
+    learning_rate_init: float = 0.001
+    seed: int = 0
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()
+
+
+def train(ctx: mcp_celery.JobContext, task_id: str, params: Hyperparameters) -> tuple[TrainingState, int]:
+    """Train epoch by epoch from the last checkpoint of `task_id` (if any); returns the state and the epoch
+    it resumed from. A cancel checkpoint before every epoch; the checkpoint is written after each.
+
+    Raises:
+        TaskCancelled: the client cancelled the task.
+    """
+    checkpoint = checkpoint_path(task_id)
+    # One job, one core: parallelism comes from the worker's processes; BLAS threads of several
+    # pool processes fighting over the same cores made epochs up to 10x slower.
+    with threadpool_limits(limits=1):
+        ctx.status(f"generating {params.samples:,} examples")
+        data = make_dataset(params.samples, params.features, params.seed)
+        model = MLPClassifier(
+            hidden_layer_sizes=(params.hidden_units,),
+            alpha=params.alpha,
+            learning_rate_init=params.learning_rate_init,
+            batch_size=256,
+            random_state=params.seed,
+        )
+        state = _load_checkpoint(checkpoint, params.fingerprint) or TrainingState(params.fingerprint, model)
+        resumed_from = state.epoch
+        if resumed_from:
+            ctx.status(f"resuming at epoch {resumed_from + 1}/{params.epochs} from a checkpoint")
+        while state.epoch < params.epochs and state.epoch - state.best_epoch < params.patience:
+            ctx.check_cancelled()
+            metrics = _train_one_epoch(state, data, params.min_delta)
+            write_atomically(state, checkpoint)
+            ctx.status(f"epoch {metrics.epoch}/{params.epochs}, val accuracy {metrics.val_accuracy:.3f}")
+    return state, resumed_from
+
+
+@mcp_celery.tool(app, task_mode="required", retry_on_worker_loss=True)
 def train_model(
     ctx: mcp_celery.JobContext,
     epochs: Annotated[int, Field(ge=1, le=500)] = 20,
@@ -197,30 +255,13 @@ def train_model(
     Reports validation accuracy after every epoch, stops early when it stops improving, can be
     cancelled between epochs, and resumes from its last checkpoint if its worker dies.
     """
-    arguments = [epochs, patience, min_delta, samples, features, hidden_units, seed]
-    fingerprint = hashlib.sha256(json.dumps(arguments).encode()).hexdigest()
-    checkpoint = checkpoint_path(ctx.task_id)
+    params = Hyperparameters(epochs, patience, min_delta, samples, features, hidden_units, seed=seed)
     try:
-        # One job, one core: parallelism comes from the worker's processes, and BLAS threads of
-        # several pool processes fighting over two cores made epochs up to 10x slower.
-        with threadpool_limits(limits=1):
-            ctx.status(f"generating {samples:,} examples")
-            data = make_dataset(samples, features, seed)
-            state = _load_checkpoint(checkpoint, fingerprint) or TrainingState(
-                fingerprint, MLPClassifier(hidden_layer_sizes=(hidden_units,), batch_size=256, random_state=seed)
-            )
-            resumed_from = state.epoch
-            if resumed_from:
-                ctx.status(f"resuming at epoch {resumed_from + 1}/{epochs} from a checkpoint")
-            while state.epoch < epochs and state.epoch - state.best_epoch < patience:
-                ctx.check_cancelled()
-                metrics = _train_one_epoch(state, data, min_delta)
-                _write_atomically(state, checkpoint)
-                ctx.status(f"epoch {metrics.epoch}/{epochs}, val accuracy {metrics.val_accuracy:.3f}")
+        state, resumed_from = train(ctx, ctx.task_id, params)
         stopped_early = state.epoch < epochs
         saved_to = model_path(ctx.task_id) if _ask_to_save(ctx, state, stopped_early) else None
         if saved_to is not None:
-            _write_atomically(state.best_model, saved_to)
+            write_atomically(state.best_model, saved_to)
         return TrainingResult(
             epochs_run=state.epoch,
             best_epoch=state.best_epoch,
@@ -233,4 +274,4 @@ def train_model(
         )
     finally:
         # Reached on every ending but a lost process, the one case the checkpoint is kept for.
-        checkpoint.unlink(missing_ok=True)
+        checkpoint_path(ctx.task_id).unlink(missing_ok=True)
