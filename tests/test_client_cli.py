@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pexpect
 import pytest
@@ -64,6 +66,12 @@ def cli(env: dict[str, str], *argv: str) -> tuple[int, str]:
     return status, done.stdout
 
 
+def text_of(task: dict[str, Any]) -> str:
+    """The text of a completed task's one text block, as `tasks get --json` shows it."""
+    (block,) = task["result"]["content"]
+    return str(block["text"])
+
+
 def spawn(env: dict[str, str], *argv: str) -> pexpect.spawn:
     child = pexpect.spawn(CLI[0], [*CLI[1:], *argv], env=env, cwd=str(ROOT), encoding="utf-8", timeout=30,
                           dimensions=(24, 160))  # fmt: skip
@@ -86,6 +94,10 @@ def test_call_prints_the_result_and_exits_by_outcome(server: list[str], cli_env:
     assert code == EXIT_FAILED and (task["status"], task["error"]["code"]) == ("failed", -32602)
     code, out = call("sync_only", {"text": "inline"}, server, cli_env)  # the server answers without a task
     assert (code, out) == (EXIT_OK, "INLINE\n")
+    code, out = call("sync_only", {"text": "inline"}, server, cli_env, "--json")  # the final task's shape, no id
+    inline = json.loads(out)
+    assert code == EXIT_OK and (inline["taskId"], inline["status"]) == (None, "completed")
+    assert inline["result"]["content"] == [{"type": "text", "text": "INLINE"}]
     code, listing = cli(cli_env, "tasks", "list", "--json")
     assert [(row["tool"], row["status"]) for row in json.loads(listing)] == [
         ("protocol_fail", "failed"), ("boom", "completed"), ("echo", "completed"),
@@ -134,7 +146,11 @@ def test_a_killed_client_is_resumed_with_tasks_wait(
             client.kill()
     assert entry.status == "working"
     code, out = cli(cli_env, "tasks", "wait", entry.task_id[:10])
-    assert (code, out) == (EXIT_OK, out) and out.startswith("finished")
+    assert code == EXIT_OK
+    # Exactly the job's result as the server stores it: the 4 s loop's own step count, nothing else.
+    stored = json.loads(cli(cli_env, "tasks", "get", entry.task_id, "--json")[1])
+    assert stored["status"] == "completed" and re.fullmatch(r"finished \d+ steps", text_of(stored)), stored
+    assert out == text_of(stored) + "\n"
     assert Journal(journal_path).get(entry.task_id).status == "completed"
 
 
@@ -144,11 +160,23 @@ def test_tasks_cancel_and_get_work_from_the_journal(
     child = spawn(cli_env, "call", "checkpoint_loop", "--args", '{"seconds": 60}', *server)
     child.expect(r"step \d+")
     task_id = Journal(journal_path).entries()[0].task_id
-    assert cli(cli_env, "tasks", "cancel", task_id)[0] == EXIT_OK
+    code, out = cli(cli_env, "tasks", "cancel", task_id, "--json")
+    after = json.loads(out)  # the task right after the cancel: still winding down, or cancelled
+    assert code == EXIT_OK and after["taskId"] == task_id and after["status"] in {"working", "cancelled"}, out
     child.expect("cancelled")
     assert finish(child) == EXIT_CANCELLED
     code, out = cli(cli_env, "tasks", "get", task_id)
     assert code == EXIT_OK and out.startswith(f"{task_id}  cancelled")
+
+
+def test_tasks_cancel_of_a_finished_task_says_it_changed_nothing(server: list[str], cli_env: dict[str, str]) -> None:
+    assert call("echo", {"text": "done"}, server, cli_env) == (EXIT_OK, "done\n")
+    code, listing = cli(cli_env, "tasks", "list", "--json")
+    task_id = json.loads(listing)[0]["taskId"]
+    code, out = cli(cli_env, "tasks", "cancel", task_id)
+    assert (code, out) == (EXIT_OK, f"{task_id} had already ended completed: the cancel changed nothing\n")
+    code, out = cli(cli_env, "tasks", "cancel", task_id, "--json")
+    assert code == EXIT_OK and json.loads(out)["status"] == "completed"
 
 
 def test_call_against_fastmcp_with_fastmcp_tasks(
@@ -171,8 +199,16 @@ def test_call_against_fastmcp_with_fastmcp_tasks(
 
 def test_call_sends_the_token_and_gets_pushed_updates(listen_url: str, cli_env: dict[str, str]) -> None:  # noqa: F811
     assert call("later", {}, ["--url", listen_url, "--token", TOKEN], cli_env) == (EXIT_OK, "pushed\n")
-    code, _ = call("later", {}, ["--url", listen_url, "--token", "wrong"], cli_env)
+
+
+def test_a_missing_or_refused_token_is_said_so(listen_url: str, cli_env: dict[str, str]) -> None:  # noqa: F811
+    env = {k: v for k, v in cli_env.items() if k != "MCP_CELERY_TOKEN"}
+    code, out = cli(env, "call", "later", "--url", listen_url)
+    assert (code, out) == (2, "")
+    assert code.stderr.strip() == "mcp-celery: 401: this server needs a token (--token or MCP_CELERY_TOKEN)"
+    code, _ = cli(env, "call", "later", "--url", listen_url, "--token", "wrong")
     assert code == 2
+    assert code.stderr.strip() == "mcp-celery: 401: the server refused the token (--token or MCP_CELERY_TOKEN)"
 
 
 def test_ctrl_c_during_a_question_asks_after_it_and_asks_the_question_again(

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from mcp_celery import tokens
 from mcp_celery._processes import stop_group
+from mcp_celery.store.schema import Keys
 from tests import sample_jobs
 from tests.support import ROOT, HttpClient, Process, caps, modern_meta, start_http_server
 
@@ -154,11 +155,11 @@ def assert_jsonrpc(reply: Any) -> None:
 
 
 def snapshot(store: redis.Redis, task_id: str) -> dict[str, Any]:
-    record = store.hgetall(f"mcp-celery:task:{task_id}")
+    record = store.hgetall(Keys().task(task_id))
     record.pop(b"alive", None)  # the running job's heartbeat moves on by itself; no request writes it
     return {
         "record": record,
-        "answers": store.hgetall(f"mcp-celery:task:{task_id}:answers"),
+        "answers": store.hgetall(Keys().answers(task_id)),
         "meta": store.get(sample_jobs.app.backend.get_key_for_task(task_id)),
     }
 

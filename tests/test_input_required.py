@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any, cast
@@ -19,6 +18,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
+from mcp_celery.status import READY_STATES
 from mcp_celery.store.schema import Keys
 from tests import sample_jobs
 from tests.support import HttpClient, Process, StdioClient, caps, wait_for
@@ -195,7 +195,7 @@ def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_n
     still = rpc.get(task_id)
     assert still["status"] == "input_required"
     assert still["inputRequests"] == task["inputRequests"]
-    assert celery_state(task_id)[0] in {"STARTED", "INPUT_REQUIRED"}  # the job was not woken into a result
+    assert celery_state(task_id)[0] not in READY_STATES  # the job was not woken into a result
 
     unknown = rpc.call(
         "tasks/update", {"taskId": f"no-such-{uuid.uuid4()}", "inputResponses": {key: accept(confirm=True)}}
@@ -213,19 +213,18 @@ def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_n
     assert text_of(rpc.wait_done(task_id)) == "kept"
 
 
-def test_cancelling_a_task_waiting_for_input_ends_it_cancelled_at_once(rpc: Rpc) -> None:
+def test_cancelling_a_task_waiting_for_input_wakes_the_job_which_ends_it_cancelled(rpc: Rpc) -> None:
     task_id = rpc.start("ask_one", {"timeout": 60})
     only_key(rpc.wait_inputs(task_id))
     wait_for(lambda: celery_state(task_id)[0] == "INPUT_REQUIRED", 20, what="the job to wait")
 
     ack = rpc.result("tasks/cancel", {"taskId": task_id})
-    acked = time.monotonic()
     assert ack["resultType"] == "complete" and not TASK_FIELDS & set(ack), ack
     task = wait_for(lambda: (t := rpc.get(task_id))["status"] == "cancelled" and t, 10, 0.005, "cancelled")
-    elapsed = time.monotonic() - acked
-    assert elapsed < 0.2, f"cancelled {elapsed * 1000:.0f} ms after the ack"
     assert "inputRequests" not in task
-    # The job itself stopped (it was woken, not left to its 60 s timeout nor to the 1 s grace).
+    # The job itself stopped: woken by the cancel, not left to its 60 s timeout. It stored REVOKED
+    # within the server's 1 s grace, or the task would say the grace ran out. How soon it stops is
+    # a goal of `python -m bench` (the cancel phase), not of this test.
     wait_for(lambda: celery_state(task_id)[0] == "REVOKED", 10, what="Celery state REVOKED")
     assert "grace" not in task.get("statusMessage", ""), task
 
@@ -268,16 +267,18 @@ def test_input_keys_are_unique_for_the_tasks_life_and_an_answered_key_is_never_t
     assert text_of(http.wait_done(task_id)) == "Ann,Bob,runs=1"  # "Zed" never reached the job
 
 
-def test_a_client_without_elicitation_gets_the_input_not_supported_text_as_task_and_sync(http: Rpc) -> None:
+def test_a_client_without_elicitation_gets_the_input_not_supported_text_and_a_plain_one_with_it_is_asked(
+    http: Rpc,
+) -> None:
     task_id = http.start("ask_or_explain", capabilities=caps())  # tasks extension, no elicitation
     text = text_of(http.wait_done(task_id))
     assert text.startswith("cannot ask: ") and "did not declare the 'elicitation' capability" in text, text
 
-    # Without the extension the tool runs synchronously, where a job can never ask.
-    sync = http.result("tools/call", {"name": "ask_or_explain", "arguments": {}}, caps(declare=False, elicitation={}))
-    assert sync.get("resultType", "complete") == "complete" and "taskId" not in sync, sync
-    assert sync["isError"] is False
-    assert sync["content"][0]["text"].startswith("cannot ask: the tool was called synchronously"), sync
+    # Without the extension the job still asks: a client that declared elicitation gets an MRTR round
+    # (tests/test_plain_hosts.py has the rest, and the synchronous case with the fallback off).
+    plain = http.result("tools/call", {"name": "ask_or_explain", "arguments": {}}, caps(declare=False, elicitation={}))
+    assert plain["resultType"] == "input_required" and "taskId" not in plain, plain
+    assert only_key(plain) == "elicit-1" and plain["requestState"].startswith("mcp-celery.1."), plain
 
 
 def test_sampling_and_roots_requests_are_asked_in_turn_and_their_answers_reach_the_job(http: Rpc) -> None:
@@ -349,7 +350,7 @@ def test_a_redelivered_job_replays_the_answers_already_given_instead_of_asking_a
         if store_redis.get(m) != b"2":
             return False  # the re-run has not started its body yet
         state, info = celery_state(task_id)
-        assert state in {"STARTED", "INPUT_REQUIRED"}, (state, info)
+        assert state not in READY_STATES, (state, info)
         return waiting_on(task_id, second)
 
     wait_for(rerun_waits_on_second, 30, 0.02, "the re-run to reach the second question")

@@ -10,14 +10,16 @@ import re
 import time
 import uuid
 
+import pytest
 import redis
 
 from mcp_celery.binding import AppBinding
 from mcp_celery.protocol import TASKS_EXTENSION
 from mcp_celery.settings import Settings
+from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.worker.config import WorkerBinding
 from tests import sample_jobs
-from tests.support import HttpClient, redis_commands_during, wait_for
+from tests.support import HttpClient, caps, redis_commands_during, wait_for
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 MISSING_CAPABILITY = {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
@@ -60,7 +62,7 @@ def test_the_record_exists_before_the_job_is_queued_and_celery_s_backend_is_not_
     # `queued_elsewhere` goes to a queue no worker consumes: only what create wrote is there.
     task_id = client.start("queued_elsewhere", {"marker": f"m-{uuid.uuid4()}"})
     assert sample_jobs.app.backend.get_task_meta(task_id, cache=False)["status"] == "PENDING"  # nothing stored
-    assert store_redis.hget(f"mcp-celery:task:{task_id}", "tool") == b"queued_elsewhere"
+    assert store_redis.hget(Keys().task(task_id), "tool") == b"queued_elsewhere"
     got = client.get(task_id)  # unknown and queued both read PENDING in Celery; ours knows
     assert got["status"] == "working" and got["statusMessage"] == "queued"
     client.result("tasks/cancel", {"taskId": task_id})
@@ -133,7 +135,7 @@ def test_terminal_states_never_change(client: HttpClient, store_redis: redis.Red
     # Late writers (a redelivered copy, say): Celery's meta overwritten with SUCCESS, and the job's
     # own end stored again through the worker's store.
     sample_jobs.app.backend.store_result(task_id, "late", "SUCCESS")
-    binding = AppBinding.create(sample_jobs.app, Settings(redis_url=sample_jobs.BACKEND))
+    binding = AppBinding.create(sample_jobs.app, Settings(redis_url=sample_jobs.STORE))
     late = {"status": "SUCCESS", "result": "late", "traceback": None, "date_done": None}
     WorkerBinding(binding).store.job_ended(task_id, asked=False, outcome=late)
     again = client.get(task_id)
@@ -226,13 +228,14 @@ def test_a_finished_task_expires_after_its_ttl(client: HttpClient, store_redis: 
     time.sleep(0.5)  # the conformance suite's check: still readable just after terminal
     assert client.get(task_id)["status"] == "completed"
     # Move the task's end into the past, beyond its TTL; the record has not been evicted yet.
-    key = f"mcp-celery:task:{task_id}"
+    key = Keys().task(task_id)
     outcome = json.loads(store_redis.hget(key, "outcome") or "{}")
     outcome["date_done"] = "2000-01-01T00:00:00+00:00"
     store_redis.hset(key, "outcome", json.dumps(outcome))
     assert client.call("tasks/get", {"taskId": task_id})["error"]["code"] == -32602
 
 
+@pytest.mark.single_redis
 def test_tasks_get_costs_one_redis_command(client: HttpClient) -> None:
     """MONITOR sees every command that touches the task: per tasks/get, one HGETALL."""
     task_id = client.wait(client.start("echo", {"text": "x"}))["taskId"]
@@ -244,13 +247,28 @@ def test_tasks_get_costs_one_redis_command(client: HttpClient) -> None:
 def test_a_synchronous_call_that_outlasts_the_sync_timeout_is_cancelled_with_a_tool_error(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:
+    """A `task_mode="forbidden"` tool never becomes a task, so a job past the sync timeout is cancelled.
+
+    (Optional tools answer plain clients with a task handle instead: tests/test_plain_hosts.py.)
+    """
     # The test server's sync timeout is 5 s (MCP_CELERY_SYNC_TIMEOUT_S in conftest).
-    m = f"sync-{uuid.uuid4()}"
-    reply = client.result(
-        "tools/call", {"name": "checkpoint_loop", "arguments": {"seconds": 30, "marker": m}}, capabilities={}
-    )
-    assert reply["isError"] is True and "no result within 5 s" in reply["content"][0]["text"]
-    assert store_redis.get(m) == b"started"
+    for capabilities in ({}, caps()):  # forbidden: synchronous whether or not the request declares tasks
+        m = f"sync-{uuid.uuid4()}"
+        reply = client.result(
+            "tools/call",
+            {"name": "forbidden_loop", "arguments": {"seconds": 30, "marker": m}},
+            capabilities=capabilities,
+        )
+        assert (
+            reply["isError"] is True and "no result within 5 s, so the job was cancelled" in reply["content"][0]["text"]
+        )
+        task_id = store_redis.get(m).decode()  # the job noted its task id as it started
+        assert store_redis.hexists(Keys().task(task_id), FIELD.CANCEL), "the call did not cancel the job"
+        wait_for(
+            lambda: sample_jobs.app.backend.get_task_meta(task_id, cache=False)["status"] == "REVOKED",  # noqa: B023
+            15,
+            what="the job to stop at its next checkpoint",
+        )
 
 
 def test_a_running_tasks_record_lives_ttl_plus_its_tools_own_time_limit(
@@ -259,7 +277,7 @@ def test_a_running_tasks_record_lives_ttl_plus_its_tools_own_time_limit(
     m = f"patient-{uuid.uuid4()}"
     task_id = client.start("patient", {"marker": m})
     wait_for(lambda: store_redis.get(m), 15, what="the job to start")
-    ttl = store_redis.ttl(f"mcp-celery:task:{task_id}")
+    ttl = store_redis.ttl(Keys().task(task_id))
     assert ttl > 86_400 + 9 * 86_400, ttl  # the app's limit is 6 h; this tool's is 10 days
     client.result("tasks/cancel", {"taskId": task_id})
     assert client.wait(task_id)["status"] == "cancelled"

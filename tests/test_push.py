@@ -2,7 +2,9 @@
 
 Two server processes (A: the session's, B: this module's) and two prefork workers (the session's
 `main` and this module's `second`) share one Redis. Tasks are created on A and watched on B, so
-every notification B sends travelled through Redis from whichever worker ran the job.
+every notification B sends travelled through Redis from whichever worker ran the job. A third
+server, C, differs only in its long cancel grace, so that what it pushes after a cancel cannot
+come from its grace running out.
 """
 
 from __future__ import annotations
@@ -49,6 +51,22 @@ def replica_b(env: dict[str, str], second_worker: Process, logs: Path) -> Iterat
     bounded = {**env, "MCP_CELERY_REDIS_MAX_CONNECTIONS": str(POOL)}
     url, server = start_http_server(bounded, logs / "http-server-b.log")
     yield url, server
+    server.stop()
+
+
+#: Replica C's cancel grace, far longer than any wait on it: a `cancelled` it pushes sooner came from
+#: the job's own REVOKED event, never from C's grace timer (listen.py) running out.
+PATIENT_GRACE_S = 60
+
+
+@pytest.fixture(scope="module")
+def patient(env: dict[str, str], worker: Process, logs: Path) -> Iterator[HttpClient]:
+    """Replica C: the same tasks, but a cancel grace of PATIENT_GRACE_S."""
+    patient_env = {**env, "MCP_CELERY_CANCEL_GRACE_S": str(PATIENT_GRACE_S)}
+    url, server = start_http_server(patient_env, logs / "http-server-c.log")
+    c = HttpClient(url)
+    yield c
+    c.close()
     server.stop()
 
 
@@ -100,6 +118,7 @@ def without_clock(task: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in task.items() if k not in {"ttlMs", "_meta", "resultType"}}
 
 
+@pytest.mark.single_redis
 def test_a_listen_reads_each_task_once_for_both_its_ownership_and_its_first_state(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -178,18 +197,25 @@ def test_input_required_is_pushed_with_its_requests_and_the_answer_resumes_the_j
     assert all("inputRequests" not in t for t in rest)
 
 
-def test_a_cancel_on_one_replica_reaches_a_listener_on_the_other_at_once(client: HttpClient, b: HttpClient) -> None:
+def test_a_cancel_on_one_replica_is_pushed_by_another_as_soon_as_the_job_stops_at_a_checkpoint(
+    client: HttpClient, patient: HttpClient
+) -> None:
+    """Cancelled on A, watched on C (grace PATIENT_GRACE_S): well within C's grace, only the job's own
+    REVOKED event can end C's stream; a job that ignored the cancel would run on for 30 s and C would
+    show it completed."""
     task_id = client.start("checkpoint_loop", {"seconds": 30})
     client.wait(task_id, {"working"})
-    stream, _ = listen(b, [task_id])
+    stream, _ = listen(patient, [task_id])
     first = stream.next()
     assert first is not None and first["params"]["status"] == "working"
     client.result("tasks/cancel", {"taskId": task_id})
     cancelled_at = time.monotonic()
-    rest, _ = notifications_until_end(stream, timeout=10)
+    rest, _ = notifications_until_end(stream, timeout=2 * PATIENT_GRACE_S)
+    pushed_after = time.monotonic() - cancelled_at
     stream.close()
-    assert rest[-1]["status"] == "cancelled"
-    assert time.monotonic() - cancelled_at < 2.0  # the job stops at its next 50 ms checkpoint
+    assert rest[-1]["status"] == "cancelled" and "grace" not in rest[-1].get("statusMessage", ""), rest[-1]
+    assert sample_jobs.app.backend.get_task_meta(task_id, cache=False)["status"] == "REVOKED"  # the job's own
+    assert pushed_after < PATIENT_GRACE_S / 2, f"pushed {pushed_after:.1f} s after the cancel: not on the job's event"
 
 
 def test_a_job_that_ignores_a_cancel_is_pushed_cancelled_when_the_grace_runs_out(
@@ -262,6 +288,7 @@ def files_besides_redis(store: redis.Redis, pid: int) -> int:
     return open_fds(pid) - len(server_connections(store, pid))
 
 
+@pytest.mark.single_redis
 def test_abandoned_listen_streams_release_their_subscriptions_connections_and_memory(
     replica_b: tuple[str, Process], store_redis: redis.Redis
 ) -> None:

@@ -8,22 +8,19 @@ and started again on the same port and folder.
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from mcp_celery._processes import wait_for
+from tests import sample_jobs
 from tests.support import HttpClient, PersistentRedis, caps, start_http_server, start_worker
-
-
-@pytest.fixture
-def redis_aof(tmp_path: Path) -> Iterator[PersistentRedis]:
-    server = PersistentRedis(tmp_path / "redis")
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -32,9 +29,9 @@ def worker_log(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def stack(env: dict[str, str], redis_aof: PersistentRedis, worker_log: Path, tmp_path: Path) -> Iterator[HttpClient]:
-    own = {**env, "TEST_BROKER_URL": f"{redis_aof.url}/0", "TEST_RESULT_BACKEND": f"{redis_aof.url}/1"}
-    worker = start_worker(own, worker_log, name=f"restart-{redis_aof.port}")
+def stack(env: dict[str, str], own_redis: PersistentRedis, worker_log: Path, tmp_path: Path) -> Iterator[HttpClient]:
+    own = {**env, "TEST_BROKER_URL": f"{own_redis.url}/0", "TEST_RESULT_BACKEND": f"{own_redis.url}/1"}
+    worker = start_worker(own, worker_log, name=f"restart-{own_redis.port}")
     url, server = start_http_server(own, tmp_path / "server.log")
     client = HttpClient(url)
     yield client
@@ -44,14 +41,14 @@ def stack(env: dict[str, str], redis_aof: PersistentRedis, worker_log: Path, tmp
 
 
 def test_a_redis_restart_loses_no_task_and_a_waiting_job_goes_on_after_it(
-    stack: HttpClient, redis_aof: PersistentRedis
+    stack: HttpClient, own_redis: PersistentRedis
 ) -> None:
     task_id = stack.start("ask_one", {"timeout": 120}, elicitation={})
     asked = stack.wait(task_id, {"input_required"}, timeout=30)
     done_before = stack.start("echo", {"text": "before"})
     assert stack.wait(done_before)["status"] == "completed"
 
-    redis_aof.stop()
+    own_redis.stop()
     started = time.monotonic()
     reply = stack.post("tasks/get", {"taskId": task_id})
     assert time.monotonic() - started < 10  # no hang
@@ -59,7 +56,7 @@ def test_a_redis_restart_loses_no_task_and_a_waiting_job_goes_on_after_it(
     error = reply.json()["error"]
     assert error["code"] == -32603 and "Traceback" not in error["message"], error
 
-    redis_aof.start()
+    own_redis.start()
     # Servers and workers reconnect by themselves; the record, the question and the result are all there.
     again = wait_for(lambda: "result" in (r := stack.call("tasks/get", {"taskId": task_id})) and r, 30, 0.2)["result"]
     assert again["status"] == "input_required" and again["inputRequests"] == asked["inputRequests"]
@@ -76,15 +73,15 @@ def test_a_redis_restart_loses_no_task_and_a_waiting_job_goes_on_after_it(
 
 @pytest.mark.parametrize("tool", ["nap", "steady"])
 def test_a_job_that_runs_and_ends_while_redis_is_down_completes_once_redis_is_back(
-    tool: str, stack: HttpClient, redis_aof: PersistentRedis, tmp_path: Path
+    tool: str, stack: HttpClient, own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     """`nap` only sleeps; `steady` reports progress and checks for cancel all through the outage."""
     flag = tmp_path / f"{tool}-returning"
     task_id = stack.start(tool, {"seconds": 1.5, "flag_file": str(flag)})
     wait_for(lambda: stack.get(task_id).get("statusMessage") not in {None, "queued"}, 30, 0.02, "the job to start")
-    redis_aof.stop()
+    own_redis.stop()
     wait_for(flag.exists, 30, 0.05, "the job to return while Redis is down")
-    redis_aof.start()
+    own_redis.start()
     wait_for(lambda: "result" in stack.call("tasks/get", {"taskId": task_id}), 60, 0.2, "the server to reconnect")
     done = stack.wait(task_id, timeout=60)
     assert done["status"] == "completed", done
@@ -92,28 +89,85 @@ def test_a_job_that_runs_and_ends_while_redis_is_down_completes_once_redis_is_ba
 
 
 def test_a_job_starting_while_redis_is_down_waits_for_it_instead_of_failing(
-    stack: HttpClient, redis_aof: PersistentRedis, tmp_path: Path, worker_log: Path
+    stack: HttpClient, own_redis: PersistentRedis, tmp_path: Path, worker_log: Path
 ) -> None:
-    """Celery stores STARTED before the job runs; Redis gone in that instant must not fail the task.
+    """The job's start (JOB_START, and Celery's own writes) with Redis gone must not fail the task.
 
     Seen in the chaos test: the store raised ConnectionError, the task ended with it as its
-    error, and the message Celery could not ack ran again and succeeded unseen. Celery's backend
-    now retries its writes through an outage (`result_backend_always_retry`).
+    error, and the message Celery could not ack ran again and succeeded unseen. The job's start
+    now waits for Redis, and Celery's backend retries its writes (`result_backend_always_retry`).
     """
     hold = tmp_path / "hold"
     task_id = stack.start("held_start", {"hold_file": str(hold)})
     wait_for(Path(f"{hold}.reached").exists, 30, 0.02, "the job to be held just before it starts")
-    redis_aof.stop()
+    own_redis.stop()
     hold.write_text("go")
-    attempts = ("Retrying", "Exception raised outside body", "raised unexpected")  # the fixed and the old way
+    # The job's start waits for Redis (and Celery's own writes retry); the old way failed the task.
+    attempts = ("Redis unreachable as the job starts", "Retrying", "Exception raised outside body", "raised unexpected")
     wait_for(
         lambda: any(attempt in worker_log.read_text() for attempt in attempts),
         30,
         0.05,
         "Celery to try storing STARTED while Redis is down",
     )
-    redis_aof.start()
+    own_redis.start()
     wait_for(lambda: "result" in stack.call("tasks/get", {"taskId": task_id}), 60, 0.2, "the server to reconnect")
     done = stack.wait(task_id, timeout=60)
     assert done["status"] == "completed", done
     assert done["result"]["content"][0]["text"] == "started after the hold", done
+
+
+def test_a_redis_that_hangs_does_not_stall_the_workers_main_loop(
+    env: dict[str, str], tmp_path: Path, store_redis: redis.Redis
+) -> None:
+    """The worker's main process marks a job `taken` before its early ack: a Redis paused by SIGSTOP
+    (it accepts connections and never answers) must cost that call its socket timeout, not the
+    worker its main loop (acks, other jobs, control commands).
+
+    mcp-celery's records live on a Redis of their own here, paused; the broker and Celery's results
+    stay on the session's Redis, so the worker has everything else it needs.
+    """
+    broker = env["TEST_BROKER_URL"]
+    if not broker.startswith("redis"):
+        pytest.skip("the ack is observed in kombu's Redis unacked hash")  # CI's Redis pass runs it
+    records = PersistentRedis(tmp_path / "records")
+    records.start()
+    assert records.proc is not None
+    own = {**env, "MCP_CELERY_REDIS_URL": f"{records.url}/0"}
+    url, server = start_http_server(own, tmp_path / "server.log")
+    client = HttpClient(url)
+    name = f"hung-{records.port}@%h"
+    worker = None
+    paused = False
+    try:
+        marker = f"hung-{records.port}"
+        task_id = client.start("queued_elsewhere", {"marker": marker})  # queue "later": no worker yet
+        os.kill(records.proc.pid, signal.SIGSTOP)
+        paused = True
+        worker = start_worker(own, tmp_path / "worker.log", queues="later", name=name.split("@")[0])
+        broker_redis = redis.Redis.from_url(broker)
+
+        def acked() -> bool:
+            """The message left its queue and kombu's unacked hash: a worker took it and acked it (after
+            the main process's call to the paused Redis, which marks the task taken)."""
+            queued = any(
+                task_id.encode() in m for q in broker_redis.keys("later*") for m in broker_redis.lrange(q, 0, -1)
+            )
+            return not queued and not any(task_id.encode() in v for v in broker_redis.hvals("unacked"))
+
+        wait_for(acked, 30, 0.05, "the worker to take and ack the message while Redis hangs")
+        node = name.replace("%h", socket.gethostname())
+        assert wait_for(lambda: sample_jobs.app.control.ping(destination=[node], timeout=1), 20, 0.1, "a ping reply")
+        os.kill(records.proc.pid, signal.SIGCONT)
+        paused = False
+        done = client.wait(task_id, timeout=60)  # the job itself waited for Redis, and ran
+        assert done["status"] == "completed", done
+        assert store_redis.get(marker) == b"body ran"
+    finally:
+        if paused:
+            os.kill(records.proc.pid, signal.SIGCONT)
+        client.close()
+        server.stop()
+        if worker is not None:
+            worker.stop()
+        records.stop()

@@ -24,8 +24,18 @@ from joserfc.jwk import ECKey, KeySet
 from kombu import Queue
 
 from mcp_celery import tokens
+from mcp_celery.store.schema import Keys
 from tests import sample_jobs
-from tests.support import ROOT, HttpClient, Process, StdioClient, modern_meta, start_http_server, wait_for
+from tests.support import (
+    ROOT,
+    HttpClient,
+    Process,
+    StdioClient,
+    free_port,
+    modern_meta,
+    start_http_server,
+    wait_for,
+)
 
 ISSUER, AUDIENCE = "https://idp.test", "https://jobs.test/mcp"
 NOT_FOUND = {"code": -32602, "message": "Failed to retrieve task: Task not found"}
@@ -132,6 +142,24 @@ def test_a_static_token_and_a_jwt_with_the_same_principal_share_its_tasks(client
     assert error_of(clients["bob"].call("tasks/get", {"taskId": task_id})) == NOT_FOUND
 
 
+def test_token_new_creates_the_token_files_folder(tmp_path: Path) -> None:
+    path = tmp_path / "etc" / "mcp-celery" / "tokens"
+    out = subprocess.run(
+        [sys.executable, "-m", "mcp_celery", "token", "new", "erin", "--file", str(path)],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert tokens.parse_token_file(path.read_text()) == [("erin", tokens.hash_token(out.stdout.strip()).encode())]
+    assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    refused = subprocess.run(
+        [sys.executable, "-m", "mcp_celery", "token", "new", "erin", "--file", str(blocked / "tokens")],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(f"mcp-celery: cannot write the token file {blocked / 'tokens'}: "), refused.stderr
+
+
 def test_a_token_added_with_the_cli_works_without_a_restart(auth_url: str, secrets_: Secrets) -> None:
     name = f"dave-{uuid.uuid4().hex[:6]}"
     out = subprocess.run(
@@ -177,8 +205,8 @@ def test_another_principals_task_answers_exactly_like_an_unknown_one_and_is_unaf
     stream.close()
     # Nothing bob sent reached alice's tasks: no cancel flag, no answer, the question still open.
     for task_id in (waiting, running):
-        assert store_redis.hget(f"mcp-celery:task:{task_id}", "cancel") is None
-    assert not store_redis.exists(f"mcp-celery:task:{waiting}:answers")
+        assert store_redis.hget(Keys().task(task_id), "cancel") is None
+    assert not store_redis.exists(Keys().answers(waiting))
     still = alice.get(waiting)
     assert still["status"] == "input_required" and still["inputRequests"] == asked["inputRequests"]
     assert alice.get(running)["status"] == "working"
@@ -201,7 +229,7 @@ def test_task_ids_carry_192_random_bits(clients: dict[str, HttpClient]) -> None:
 def test_stdio_tasks_belong_to_the_local_user(stdio: StdioClient, store_redis: redis.Redis) -> None:
     reply = stdio.request("tools/call", {"name": "echo", "arguments": {"text": "mine"}})
     task_id = reply["result"]["taskId"]
-    assert store_redis.hget(f"mcp-celery:task:{task_id}", "owner") == getpass.getuser().encode()
+    assert store_redis.hget(Keys().task(task_id), "owner") == getpass.getuser().encode()
     assert stdio.request("tasks/get", {"taskId": task_id})["result"]["taskId"] == task_id
 
 
@@ -220,7 +248,8 @@ def test_over_the_live_task_quota_nothing_is_queued(clients: dict[str, HttpClien
     sync = error_of(carol.call("tools/call", {"name": "sync_only", "arguments": {"text": "x"}}, capabilities={}))
     assert sync["code"] == -32600
     assert task_keys(store_redis) == before  # no record written, nothing queued
-    assert clients["bob"].wait(clients["bob"].start("echo", {"text": "bob is not limited by carol"}))
+    bobs = clients["bob"].wait(clients["bob"].start("echo", {"text": "bob is not limited by carol"}))
+    assert (bobs["status"], bobs["result"]["content"][0]["text"]) == ("completed", "bob is not limited by carol")
     carol.result("tasks/cancel", {"taskId": held[0]})  # a cancelled task no longer counts
     assert carol.wait(carol.start("echo", {"text": "room again"}))["status"] == "completed"
     for task_id in held[1:]:
@@ -230,20 +259,49 @@ def test_over_the_live_task_quota_nothing_is_queued(clients: dict[str, HttpClien
 # ---------------------------------------------------------------- hostile input
 
 
-def raw_post(url: str, token: str, body: bytes, **headers: str) -> httpx.Response:
-    hdrs = {
-        "Authorization": f"Bearer {token}",
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28",
-        **headers,
-    }
+def raw_post(
+    url: str, token: str | None, body: bytes, version: str | None = "2026-07-28", **headers: str
+) -> httpx.Response:
+    """POST `body` as is; `version=None` sends no MCP-Protocol-Version (the SDK's initialize-era transport)."""
+    hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers}
+    if token is not None:
+        hdrs["Authorization"] = f"Bearer {token}"
+    if version is not None:
+        hdrs["MCP-Protocol-Version"] = version
     return httpx.post(url, content=body, headers=hdrs, timeout=30)
 
 
-def test_a_body_over_the_http_limit_gets_413(auth_url: str, secrets_: Secrets) -> None:
+def test_a_body_over_the_http_limit_gets_413_naming_the_setting(auth_url: str, secrets_: Secrets) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"x": "y" * 70_000}})
-    assert raw_post(auth_url, secrets_.tokens["alice"], body.encode()).status_code == 413
+    response = raw_post(auth_url, secrets_.tokens["alice"], body.encode())
+    assert response.status_code == 413
+    assert response.text == "Request body too large: the limit is 65536 bytes (MCP_CELERY_MAX_REQUEST_BYTES)"
+    assert int(response.headers["content-length"]) == len(response.content)
+
+
+NOT_JSON_RPC = [
+    b"[1, 2]",
+    b'{"foo": 1}',
+    b'"str"',
+    b"42",
+    b'{"jsonrpc": "2.0", "id": 1}',
+    b'{"jsonrpc": "1.0", "id": 1, "method": "x"}',
+]
+
+
+def test_json_that_is_not_json_rpc_gets_invalid_request_over_http_without_a_validation_dump(
+    auth_url: str, secrets_: Secrets, clients: dict[str, HttpClient]
+) -> None:
+    for body in NOT_JSON_RPC:
+        for version in (None, "2025-06-18", "2026-07-28"):  # the initialize-era transport and the 2026-07-28 one
+            response = raw_post(auth_url, secrets_.tokens["alice"], body, version)
+            assert response.status_code == 400, (body, version, response.text)
+            reply = response.json()
+            assert reply["id"] is None and reply["error"]["code"] == -32600, (body, version, reply)
+            assert len(reply["error"]["message"]) < 80 and "pydantic" not in response.text, (body, version, reply)
+        # Without a token nothing is parsed at all.
+        assert raw_post(auth_url, None, body, None).status_code == 401
+    assert clients["alice"].result("tools/list")["tools"]
 
 
 def test_malformed_json_gets_a_parse_error_and_the_server_keeps_serving(
@@ -258,7 +316,8 @@ def test_malformed_json_gets_a_parse_error_and_the_server_keeps_serving(
 
 def test_unreadable_stdio_lines_get_an_error_reply_and_the_server_keeps_serving(stdio: StdioClient) -> None:
     assert stdio.proc.stdout is not None
-    unreadable = [("{", -32700), ("not json", -32700), ('{"jsonrpc": "2.0", "id": 7}', -32600), ("[1]", -32600)]
+    unreadable = [("{", -32700), ("not json", -32700), ("[1]", -32600)]
+    unreadable += [(body.decode(), -32600) for body in NOT_JSON_RPC]
     for line, code in unreadable:
         stdio.send_raw(line)
         reply = json.loads(stdio.proc.stdout.readline())
@@ -300,7 +359,7 @@ def test_input_responses_over_the_limits_are_refused_and_change_nothing(
         )
     )
     assert first_round["code"] == -32602
-    assert not store_redis.exists(f"mcp-celery:task:{task_id}:answers")
+    assert not store_redis.exists(Keys().answers(task_id))
     assert alice.get(task_id)["status"] == "input_required"
     alice.result("tasks/cancel", {"taskId": task_id})
 
@@ -327,6 +386,10 @@ def test_host_and_origin_checks_accept_loopback_and_the_configured_name_only(aut
     assert status(Host=f"localhost:{port}", Origin=f"http://localhost:{port}") == 200
     assert status(Host="evil.example") == 421
     assert status(Origin="http://evil.example") == 403
+    wrong_host = raw_post(auth_url, secrets_.tokens["alice"], body.encode(), Host="evil.example")
+    assert "'evil.example'" in wrong_host.text and "MCP_CELERY_ALLOWED_HOSTS" in wrong_host.text
+    wrong_origin = raw_post(auth_url, secrets_.tokens["alice"], body.encode(), Origin="http://evil.example")
+    assert "'http://evil.example'" in wrong_origin.text and "MCP_CELERY_ALLOWED_HOSTS" in wrong_origin.text
 
 
 def test_serving_other_machines_without_authentication_is_refused_in_one_line(env: dict[str, str]) -> None:
@@ -337,11 +400,33 @@ def test_serving_other_machines_without_authentication_is_refused_in_one_line(en
     assert len(lines) == 1 and "without authentication" in lines[0] and "--allow-unauthenticated" in lines[0]
 
 
+def test_jwt_settings_without_an_issuer_stop_serve_in_one_line_before_any_worker_process(
+    env: dict[str, str], secrets_: Secrets
+) -> None:
+    jwt_env = {**env, "MCP_CELERY_JWT_JWKS": str(secrets_.jwks)}
+    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--workers", "2"]
+    port = str(free_port())
+    done = subprocess.run([*args, "--port", port], cwd=ROOT, env=jwt_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "mcp-celery: MCP_CELERY_JWT_JWKS is set but MCP_CELERY_JWT_ISSUER is not"
+
+
 def test_allow_unauthenticated_serves_other_machines(env: dict[str, str], worker: Process, logs: Path) -> None:
     url, server = start_http_server(env, logs / "open-server.log", "--host", "0.0.0.0", "--allow-unauthenticated")
     c = HttpClient(url)
     try:
         assert c.wait(c.start("echo", {"text": "open"}))["status"] == "completed"
+        # Only the loopback names pass the Host check yet: the startup log says what to set, and so
+        # does the CLI of a client that reaches the server by another address (127.0.0.2 is loopback too).
+        assert "421 otherwise); set MCP_CELERY_ALLOWED_HOSTS" in server.output()
+        elsewhere = url.replace("127.0.0.1", "127.0.0.2")
+        argv = [sys.executable, "-m", "mcp_celery", "call", "echo", "--args", '{"text": "x"}', "--url", elsewhere]
+        client_env = {**env, "MCP_CELERY_CLIENT_JOURNAL": str(logs / "open-server-journal.db")}
+        done = subprocess.run(argv, cwd=ROOT, env=client_env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.strip() == (
+            "mcp-celery: 421: the server does not answer to the host name in --url (its MCP_CELERY_ALLOWED_HOSTS)"
+        )
     finally:
         c.close()
         server.stop()

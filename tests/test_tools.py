@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import redis
 from celery import Celery
 
 import mcp_celery
 from mcp_celery.binding import AppBinding
 from mcp_celery.celery_app import load_app
 from mcp_celery.settings import Settings
+from mcp_celery.store.schema import Keys
 from mcp_celery.tools import registry
+from tests.support import ROOT, Process
 
 
 def make_app(**conf: Any) -> Celery:
@@ -66,7 +71,7 @@ def test_options_reach_celery_and_the_tool_spec() -> None:
     assert spec.to_wire()["inputSchema"]["properties"] == {"x": {"default": 1, "title": "X", "type": "integer"}}
 
 
-def test_a_tool_called_the_plain_celery_way_still_runs() -> None:
+def test_a_tool_called_the_plain_celery_way_runs_eagerly_with_a_detached_context() -> None:
     app = make_app(task_always_eager=True)
 
     @mcp_celery.tool(app)
@@ -77,6 +82,18 @@ def test_a_tool_called_the_plain_celery_way_still_runs() -> None:
         return 2 * x
 
     assert double.delay(x=21).get() == 42  # type: ignore[attr-defined]
+
+
+def test_a_tool_called_the_plain_celery_way_runs_on_a_prefork_worker_without_an_mcp_task(
+    worker: Process, store_redis: redis.Redis
+) -> None:
+    from tests import sample_jobs
+
+    called = sample_jobs.detached_probe.delay(x=21)
+    done = called.get(timeout=30)
+    # Run by a pool process of the session's worker, with a detached context.
+    assert done == {"double": 42, "attached": False, "elicit": "InputNotSupported", "parent_pid": worker.proc.pid}
+    assert not store_redis.exists(Keys().task(called.id))  # no task record was made for it
 
 
 def test_ttl_comes_from_result_expires_and_is_never_below_a_minute() -> None:
@@ -118,6 +135,23 @@ def test_serve_reports_configuration_errors_without_a_traceback() -> None:
     assert "cannot import 'tests.no_such_module'" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_exposing_a_task_whose_module_was_not_imported_is_one_line_saying_so(tmp_path: Path) -> None:
+    (tmp_path / "unimported.py").write_text(
+        "from celery import Celery\nimport mcp_celery\n"
+        "app = Celery('unimported', broker='memory://', backend='redis://127.0.0.1:6379/13')\n"
+        "mcp_celery.expose(app.tasks['proj.tasks.add'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    out = subprocess.run(
+        [sys.executable, "-m", "mcp_celery", "serve", "-A", "unimported"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip() == (
+        "mcp-celery: importing 'unimported': Celery has no task 'proj.tasks.add'; import the module that defines "
+        "it first (or pass the task itself to mcp_celery.expose)"
+    )
+
+
 def test_one_setting_for_the_longest_job_sets_the_time_limit_and_the_records_life(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -136,6 +170,13 @@ def test_one_setting_for_the_longest_job_sets_the_time_limit_and_the_records_lif
     monkeypatch.delenv("MCP_CELERY_MAX_JOB_S")
     plain = make_app(task_time_limit=None)
     assert AppBinding.create(plain, Settings()).lifetimes.max_job_s == 6 * 3600  # no limit anywhere: 6 h
+    mcp_celery.configure_app(plain)
+    assert plain.conf.task_time_limit == 6 * 3600
+
+    own = make_app(task_time_limit=900)  # the app's own hard limit is kept, and sets the visibility timeout
+    mcp_celery.configure_app(own)
+    assert own.conf.task_time_limit == 900 and own.conf.broker_transport_options["visibility_timeout"] == 1800
+    assert AppBinding.create(own, Settings()).lifetimes.max_job_s == 900
 
 
 def test_retry_on_worker_loss_acks_late_and_needs_a_time_limit_below_the_visibility_timeout() -> None:
@@ -180,12 +221,15 @@ def test_retry_on_worker_loss_acks_late_and_needs_a_time_limit_below_the_visibil
         @mcp_celery.tool(app, retry_on_worker_loss=-1)
         def negative() -> None: ...
 
-    # Without configure_app a Redis broker's timeout is kombu's hour and nothing limits a job.
+    # Without configure_app a Redis broker's timeout is kombu's hour and nothing limits a job. configure_app
+    # may still come, so the tool is refused when a server is built (and when a worker starts).
     bare = Celery("b", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)
-    with pytest.raises(mcp_celery.ToolDefinitionError, match="hard time limit"):
 
-        @mcp_celery.tool(bare, retry_on_worker_loss=True)
-        def unlimited() -> None: ...
+    @mcp_celery.tool(bare, retry_on_worker_loss=True)
+    def unlimited() -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="hard time limit"):
+        mcp_celery.create_server(bare, Settings())
 
     # RabbitMQ has no visibility timeout: only its consumer_timeout, which is broker configuration.
     rabbit = Celery("r", broker="amqp://guest@127.0.0.1//", backend="redis://127.0.0.1:6379/13", set_as_current=False)
@@ -207,3 +251,57 @@ def test_a_tool_belongs_to_its_own_app_only() -> None:
     other = Celery("other", broker="memory://", set_as_current=False)
     other.finalize()
     assert only_mine.name in mine.tasks and only_mine.name not in other.tasks
+
+
+def test_configure_app_before_or_after_the_decorators_gives_the_same_tools() -> None:
+    """Celery copies task_time_limit, task_track_started, task_acks_late and task_serializer into a task
+    when it is defined; a tool defined before configure_app follows configure_app all the same."""
+    settled = ("time_limit", "soft_time_limit", "track_started", "acks_late", "serializer")
+
+    def define(app: Celery) -> tuple[Any, Any, Any]:
+        @mcp_celery.tool(app)
+        def plain() -> None: ...
+
+        @mcp_celery.tool(app, time_limit=100)
+        def own_limit() -> None: ...
+
+        @mcp_celery.tool(app, soft_time_limit=5, acks_late=True)
+        def own_soft() -> None: ...
+
+        return plain, own_limit, own_soft
+
+    # An app that had its own settings before, all of which configure_app replaces.
+    before_settings = {"task_time_limit": 30, "task_track_started": False, "task_acks_late": True}
+    first = make_app(**before_settings)
+    mcp_celery.configure_app(first, max_job=timedelta(hours=2))
+    configured_first = define(first)
+    later = make_app(**before_settings)
+    defined_first = define(later)
+    mcp_celery.configure_app(later, max_job=timedelta(hours=2))
+
+    for one, other in zip(configured_first, defined_first, strict=True):
+        assert [getattr(one, a) for a in settled] == [getattr(other, a) for a in settled], one.name
+    plain, own_limit, own_soft = defined_first
+    assert (plain.time_limit, plain.soft_time_limit) == (7200, 7140)  # a minute before the hard limit
+    # A tool never stores Celery's STARTED (its record shows the job running); the rest follow configure_app.
+    assert plain.track_started is False and plain.acks_late is False and plain.serializer == "json"
+    assert (own_limit.time_limit, own_limit.soft_time_limit) == (100, 90)  # 90% of a short limit
+    assert (own_soft.time_limit, own_soft.soft_time_limit, own_soft.acks_late) == (7200, 5, True)
+
+
+def test_an_at_least_once_tool_defined_before_configure_app_is_checked_when_it_runs() -> None:
+    app = Celery("t", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+
+    @mcp_celery.tool(app, retry_on_worker_loss=True)
+    def fits() -> None: ...  # no limit yet: configure_app gives it one below the visibility timeout
+
+    mcp_celery.configure_app(app, max_job=timedelta(hours=1))
+    assert registry(app)["fits"].celery_task.time_limit == 3600
+
+    other = Celery("u", broker="redis://127.0.0.1:6379/12", backend="redis://127.0.0.1:6379/13", set_as_current=False)
+
+    @mcp_celery.tool(other, retry_on_worker_loss=True, time_limit=3 * 3600)
+    def too_long() -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="'too_long'.*visibility timeout"):
+        mcp_celery.configure_app(other, max_job=timedelta(hours=1))

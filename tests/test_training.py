@@ -187,7 +187,7 @@ def test_a_job_whose_pool_process_is_killed_resumes_at_the_epoch_after_its_last_
     The same training runs twice with the same arguments. The first run is left alone. In the second,
     once the task's statusMessage says `epoch k/10` (k >= 2; the checkpoint of epoch k is written before
     that message), the pool process running it is SIGKILLed, as the OOM killer would. `train_model` is
-    acks_late with reject_on_worker_lost, so the worker puts the message back and runs the task again
+    at-least-once (retry_on_worker_loss), so the worker puts the message back and runs the task again
     under the same task id. That execution:
 
     * reports `resumed_from_epoch` = r with k <= r < 10 (the checkpoint it loaded; r > k if the process

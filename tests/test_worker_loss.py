@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from mcp_celery.server.reaper import LOST_BEFORE_START
 from mcp_celery.store.schema import FIELD, Keys
 from tests.support import HttpClient, Process, start_worker, wait_for
 
 LOST_TIMEOUT_S = 6.0
+QUEUE_CHECK_S = 3.0  # MCP_CELERY_QUEUE_CHECK_S of the session (tests/conftest.py)
+REDIS_BROKER = os.environ["TEST_BROKER_URL"].startswith("redis")
 
 
 @pytest.fixture
@@ -111,3 +114,29 @@ def test_a_worker_killed_after_taking_a_job_before_starting_it_ends_the_task_fai
     assert not Path(f"{hold}.ran").exists()
     final = client.get(task_id)  # frozen: nothing changes it any more
     assert final["status"] == "failed" and final["statusMessage"] == ended["statusMessage"], final
+
+
+@pytest.mark.skipif(not REDIS_BROKER, reason="only a Redis broker's queues can be looked into")
+def test_a_worker_killed_between_the_ack_and_the_taken_mark_leaves_a_task_that_ends_failed(
+    client: HttpClient, store_redis: redis.Redis, doomed: Process
+) -> None:
+    """With a Redis broker the `taken` mark waits a moment for the job to start (most jobs do, and
+    cost no command for it): a worker lost in that moment leaves no mark, no message and no
+    heartbeat, and the servers' looks for the message (nowhere, twice) end the task `failed`."""
+    hold = Path(os.environ.get("TMPDIR", "/tmp")) / f"hold-{uuid.uuid4()}"
+    task_id = client.start("doomed_held_start", {"hold_file": str(hold)})
+    broker = redis.Redis.from_url(os.environ["TEST_BROKER_URL"])
+
+    def acked() -> bool:
+        queued = any(task_id.encode() in m for m in broker.lrange("doomed", 0, -1))
+        return not queued and not any(task_id.encode() in v for v in broker.hvals("unacked"))
+
+    wait_for(acked, 30, 0.01, "the worker to take and ack the message")
+    os.killpg(doomed.pid, signal.SIGSTOP)  # the main process (and its TakenBeat thread) stops here
+    marked = store_redis.hexists(Keys().task(task_id), FIELD.TAKEN)  # rarely: a very slow poll above
+    os.killpg(doomed.pid, signal.SIGKILL)
+    ended = client.wait(task_id, timeout=QUEUE_CHECK_S + 2 * LOST_TIMEOUT_S + 15)
+    assert ended["status"] == "failed" and ended["error"]["code"] == -32603, ended
+    expected = "the worker that took the job's message was lost" if marked else LOST_BEFORE_START
+    assert expected in ended["statusMessage"], (marked, ended)
+    assert not Path(f"{hold}.ran").exists()

@@ -1,0 +1,153 @@
+"""Running a page's `file=` and `run` blocks, as `tests/test_docs.py` does (the modes: `tests/snippets.py`).
+
+A page's scenario: its `file=` blocks are written to a fresh directory, then its `run` blocks run
+there in order, with CELERY_BROKER_URL and CELERY_RESULT_BACKEND on database 15 of the suite's
+Redis (emptied first), the client journal in that directory, `mcp-celery` and `celery` run as
+`python -m mcp_celery` and `python -m celery` (this checkout's code), and port 8000 replaced by a
+free one. A `celery ... worker` line and a `mcp-celery serve ... --http` line are services: started
+in the background, waited for until they answer, and stopped by pid when the page's scenario ends.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mcp_celery._processes import Process
+from tests.snippets import Block, SnippetError, command_lines, option, split_commands
+from tests.support import ROOT, free_port, http_answers
+
+__all__ = ["Scenario", "console_steps", "unmatched"]
+
+#: The port the docs use, replaced by a free one when a page runs.
+DOCS_PORT = "8000"
+
+
+@dataclass
+class Scenario:
+    """One page's `file=` and `run` blocks, run in a directory of its own against the suite's Redis."""
+
+    directory: Path
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    services: list[Process] = field(default_factory=list)
+
+    @classmethod
+    def for_page(cls, directory: Path, base_env: Mapping[str, str], redis_url: str) -> Scenario:
+        env = {**base_env, "CELERY_BROKER_URL": redis_url, "CELERY_RESULT_BACKEND": redis_url}
+        env["MCP_CELERY_CLIENT_JOURNAL"] = str(directory / "journal.db")
+        env["PYTHONPATH"] = os.pathsep.join([str(directory), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        return cls(directory, env)
+
+    def local(self, text: str) -> str:
+        """The snippet as run here: port 8000 is this scenario's free port."""
+        return re.sub(rf"(?<=[:= ]){DOCS_PORT}\b", str(self.port), text)
+
+    def write(self, block: Block) -> None:
+        path = self.directory / block.options["file"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.local(block.text))
+
+    def run_python(self, block: Block) -> None:
+        done = subprocess.run([sys.executable, "-"], input=self.local(block.text), cwd=self.directory, env=self.env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        if done.returncode != 0:
+            raise SnippetError(f"{block.where}: exit {done.returncode}\n{done.stdout}{done.stderr}{self.logs()}")
+
+    def run_shell(self, block: Block) -> None:
+        for line in command_lines(block.text):
+            self.run_line(block, line)
+
+    def run_console(self, block: Block) -> None:
+        for command, expected in console_steps(block.text):
+            output = self.run_line(block, command)
+            missing = unmatched(expected, output.splitlines())
+            if missing is not None:
+                raise SnippetError(f"{block.where}: `{command}` did not print {missing!r}; it printed:\n{output}")
+
+    def run_line(self, block: Block, line: str) -> str:
+        """Run one command line (a service in the background); returns what it printed."""
+        output = []
+        for argv in split_commands(self.local(line)):
+            env = dict(self.env)
+            while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", argv[0]):
+                name, _, value = argv.pop(0).partition("=")
+                env[name] = value
+            if argv[0] == "export":
+                self.env.update(a.split("=", 1) for a in argv[1:])  # type: ignore[arg-type]
+                continue
+            command = self._command(argv)
+            if self._service(argv):
+                self._start(block, command, env, argv)
+                continue
+            # One stream, as a terminal shows it (the suite's environment has PYTHONUNBUFFERED=1).
+            done = subprocess.run(command, cwd=self.directory, env=env, stdout=subprocess.PIPE, text=True,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+            if done.returncode != 0:
+                raise SnippetError(f"{block.where}: `{line}` exited {done.returncode}\n{done.stdout}{self.logs()}")
+            output.append(done.stdout)
+        return "".join(output)
+
+    @staticmethod
+    def _command(argv: list[str]) -> list[str]:
+        if argv[0] == "mcp-celery":
+            return [sys.executable, "-m", "mcp_celery", *argv[1:]]
+        if argv[0] == "celery":
+            return [sys.executable, "-m", "celery", *argv[1:]]
+        if argv[0] in {"python", "python3"}:
+            return [sys.executable, *argv[1:]]
+        return argv
+
+    @staticmethod
+    def _service(argv: list[str]) -> bool:
+        return (argv[0] == "celery" and "worker" in argv) or (argv[:2] == ["mcp-celery", "serve"] and "--http" in argv)
+
+    def _start(self, block: Block, command: list[str], env: Mapping[str, str], argv: list[str]) -> None:
+        log = self.directory / f"service-{len(self.services)}.log"
+        proc = Process(command, env, log, cwd=self.directory)
+        self.services.append(proc)
+        if argv[0] == "celery":
+            proc.wait_ready(lambda: "ready." in proc.output(), 60, f"{block.where}: the worker")
+        else:
+            port = option(argv, "--port") or DOCS_PORT
+            proc.wait_ready(lambda: http_answers(f"http://127.0.0.1:{port}/mcp"), 60, f"{block.where}: the server")
+
+    def logs(self) -> str:
+        return "".join(f"\n--- {p.log.name} ({' '.join(p.args[1:4])}):\n{p.tail(20)}" for p in self.services)
+
+    def stop(self) -> None:
+        for proc in reversed(self.services):
+            proc.stop()
+
+
+def console_steps(text: str) -> Iterator[tuple[str, list[str]]]:
+    """(command, the output lines shown after it) for each `$ ` line of a console block."""
+    command: str | None = None
+    expected: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("$ "):
+            if command is not None:
+                yield command, expected
+            command, expected = line[2:], []
+        elif command is not None and line.strip() and line.strip() != "...":
+            expected.append(line)
+    if command is not None:
+        yield command, expected
+
+
+def unmatched(expected: list[str], actual: list[str]) -> str | None:
+    """The first expected line not found, in order, among `actual` (`...` matches anything); None if all are."""
+    position = 0
+    for wanted in expected:
+        pattern = re.compile(".*".join(re.escape(part) for part in wanted.strip().split("...")))
+        while position < len(actual) and not pattern.fullmatch(actual[position].strip()):
+            position += 1
+        if position == len(actual):
+            return wanted
+        position += 1
+    return None

@@ -1,0 +1,114 @@
+"""The README and the docs: every code block either runs as written or is checked without running.
+
+How each kind of block is checked: `tests/snippets.py`; how a page's blocks run: `tests/snippet_scenario.py`. The names
+say which: `test_..._run_as_written` executes blocks (real worker, real server, the suite's Redis),
+`test_..._without_running_them` only compiles and parses them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+
+from mcp_celery.worker.config import recommended_settings
+from tests.snippet_scenario import Scenario
+from tests.snippets import (
+    Block,
+    SnippetError,
+    blocks,
+    check_block,
+    check_prose,
+    known_files,
+    message_in_code,
+    pages,
+    quoted_messages,
+)
+from tests.support import ROOT, session_redis
+
+PAGES = pages()
+CODE_BLOCKS = [block for page in PAGES for block in blocks(page) if block.is_code]
+CHECKED = [block for block in CODE_BLOCKS if block.mode == "check"]
+SCENARIO_PAGES = [page for page in PAGES if any(block.mode == "run" for block in blocks(page))]
+#: The suite's Redis database for the pages' scenarios (emptied before each).
+SCENARIO_DB = 15
+
+
+def block_id(block: Block) -> str:
+    return f"{block.where}:{block.language}"
+
+
+def test_the_pages_have_code_to_check() -> None:
+    assert "README.md" in PAGES and "README.md" in SCENARIO_PAGES
+    assert len(CHECKED) >= 10 and len(SCENARIO_PAGES) >= 2
+
+
+@pytest.mark.parametrize("block", CODE_BLOCKS, ids=block_id)
+def test_every_code_block_says_how_it_is_checked(block: Block) -> None:
+    assert block.mode is not None, f"{block.where}: a {block.language} block needs `run`, `check` or `file=NAME`"
+
+
+@pytest.mark.parametrize("block", CHECKED, ids=block_id)
+def test_checked_snippets_are_valid_without_running_them(block: Block) -> None:
+    check_block(block, known_files(block.page))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_prose_names_only_real_variables_commands_and_paths_without_running_them(page: str) -> None:
+    assert check_prose(page) == []
+
+
+@pytest.mark.parametrize("page", SCENARIO_PAGES)
+def test_the_snippets_of_the_page_run_as_written(page: str, env: dict[str, str], tmp_path: Path) -> None:
+    url = session_redis(SCENARIO_DB)
+    redis.Redis.from_url(url).flushdb()
+    scenario = Scenario.for_page(tmp_path, env, url)
+    try:
+        for block in blocks(page):
+            if block.mode not in {"file", "run"} or not block.is_code:
+                continue
+            check_block(block, known_files(page))  # parsed first: a typo fails here, not in a process
+            if block.mode == "file":
+                scenario.write(block)
+            elif block.language in {"python", "py"}:
+                scenario.run_python(block)
+            elif block.language == "console":
+                scenario.run_console(block)
+            else:
+                scenario.run_shell(block)
+    finally:
+        scenario.stop()
+
+
+def test_the_readme_lists_every_setting_configure_app_changes() -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## What `configure_app` changes", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    listed = [name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])]
+    applied = recommended_settings(Celery("readme", set_as_current=False))
+    assert sorted(listed) == sorted(applied)
+
+
+def test_a_block_without_a_mode_fails_the_check() -> None:
+    unmarked = Block("x.md", 1, "python", None, {}, "print('hi')\n")
+    with pytest.raises(SnippetError, match="must say how it is checked"):
+        check_block(unmarked)
+    drifted = Block("x.md", 1, "sh", "check", {}, "mcp-celery serve --no-such-flag -A proj\n")
+    with pytest.raises(SnippetError, match="unrecognized arguments"):
+        check_block(drifted, frozenset({"proj.py"}))
+    unknown = Block("x.md", 1, "sh", "check", {}, "MCP_CELERY_NO_SUCH_SETTING=1 mcp-celery demo\n")
+    with pytest.raises(SnippetError, match="MCP_CELERY_NO_SUCH_SETTING"):
+        check_block(unknown)
+
+
+def test_a_quoted_message_must_be_one_the_code_writes_whole() -> None:
+    assert message_in_code("the worker running the job was lost: no heartbeat since ...")
+    assert message_in_code("the job lost its worker 4 times; it is not run again (retry_on_worker_loss)")
+    # As the README once quoted it: the start of the message only.
+    assert not message_in_code("the worker running the job was lost, and the job's message with it")
+    assert quoted_messages('ends "the job lost its\nworker 4 times; it is not run again (x)" and "the short one"') == [
+        "the job lost its worker 4 times; it is not run again (x)"
+    ]

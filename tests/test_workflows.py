@@ -1,0 +1,209 @@
+"""Workflows: a Celery group, chord or chain as one MCP task, across the session's prefork worker processes.
+
+The sample tools (`sweep`, `steps`, `fanout` in tests/sample_jobs.py) hand their task over to a canvas
+of ordinary Celery tasks (`wf_member`, a merge step) with `ctx.run_workflow`; the members run on any
+worker process, each with a record of its own naming the MCP task.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from mcp_celery.server.reaper import LOST_BEFORE_START
+from mcp_celery.store.schema import FIELD, Keys
+from mcp_celery.workflows import Workflow
+from tests import sample_jobs
+from tests.support import HttpClient, Process, caps, start_worker, wait_for
+from tests.test_push import listen, notifications_until_end
+
+REDIS_BROKER = os.environ["TEST_BROKER_URL"].startswith("redis")
+
+
+def workflow_of(store_redis: redis.Redis, task_id: str) -> Workflow:
+    raw = wait_for(lambda: store_redis.hget(Keys().task(task_id), FIELD.WORKFLOW), 30, what="the workflow to start")
+    return Workflow.from_json(raw.decode())
+
+
+def celery_meta(task_id: str) -> dict[str, Any]:
+    return dict(sample_jobs.app.backend.get_task_meta(task_id, cache=False))
+
+
+def test_a_group_and_its_merge_step_run_as_one_task_whose_result_is_the_merge_steps(
+    client: HttpClient, store_redis: redis.Redis
+) -> None:
+    marker = f"sweep-{uuid.uuid4()}"
+    task_id = client.start("sweep", {"n": 4, "seconds": 1.0, "marker": marker})
+    stream, _ = listen(client, [task_id])
+    try:
+        seen, _ = notifications_until_end(stream, timeout=60)
+    finally:
+        stream.close()
+    done = seen[-1]
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"] == {"sum": 0 + 1 + 4 + 9, "failed": []}
+    messages = [t.get("statusMessage", "") for t in seen]
+    assert any(re.match(r"\d/4 done, \d running", m) for m in messages), messages  # the members' progress
+    workflow = workflow_of(store_redis, task_id)
+    assert [m.label for m in workflow.members] == ["wf_member-1", "wf_member-2", "wf_member-3", "wf_member-4"]
+    # Every member ran once, and Celery knows the MCP task's Celery task as their parent (Flower shows them so).
+    assert sorted(int(k) for k in store_redis.hgetall(marker)) == [0, 1, 2, 3]
+    for member in workflow.everyone:
+        assert celery_meta(member.id).get("parent_id") == task_id, member
+        # Its keys are in the MCP task's slot: the scripts that change it announce on the task's channel.
+        assert key_slot(Keys().task(member.id).encode()) == key_slot(Keys().events(task_id).encode()), member
+    assert client.get(task_id)["status"] == "completed"
+
+
+def test_the_first_failing_member_fails_the_workflow_and_the_others_are_cancelled(client: HttpClient) -> None:
+    task_id = client.start("sweep", {"n": 4, "seconds": 5.0, "fail_at": 1})
+    failed = client.wait(task_id, timeout=60)
+    assert failed["status"] == "failed", failed
+    assert "member wf_member-2" in failed["error"]["message"] and "failed on purpose" in failed["error"]["message"]
+
+
+def test_with_the_partial_policy_the_merge_step_gets_the_survivors_and_says_which_failed(client: HttpClient) -> None:
+    task_id = client.start("sweep", {"n": 4, "fail_at": 2, "policy": "partial"})
+    done = client.wait(task_id, timeout=60)
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"] == {"sum": 0 + 1 + 9, "failed": ["wf_member-3"]}
+
+
+def test_a_chain_ends_with_its_last_steps_result_and_a_group_without_merge_with_every_members(
+    client: HttpClient,
+) -> None:
+    chained = client.wait(client.start("steps", {"n": 3}), timeout=60)
+    assert chained["status"] == "completed" and chained["result"]["content"][0]["text"] == "4", chained
+    fanned = client.wait(client.start("fanout", {"n": 3}), timeout=60)
+    assert fanned["status"] == "completed", fanned
+    assert fanned["result"]["content"][0]["text"] == '{"results": [0, 1, 4], "failed": []}'
+
+
+def test_a_member_with_a_task_id_of_its_own_is_a_tool_error_saying_what_to_change(client: HttpClient) -> None:
+    done = client.wait(client.start("fanout", {"n": 2, "own_ids": True}), timeout=60)
+    assert done["status"] == "completed" and done["result"]["isError"], done
+    assert "leave task_id unset on tests.sample_jobs.wf_member" in done["result"]["content"][0]["text"], done
+
+
+def test_a_question_of_the_merge_step_shows_on_the_task_and_its_answer_reaches_the_step(client: HttpClient) -> None:
+    task_id = client.start("sweep", {"n": 3, "asking": True}, elicitation={})
+    waiting = client.wait(task_id, {"input_required", "completed", "failed", "cancelled"}, timeout=60)
+    assert waiting["status"] == "input_required", waiting
+    (key,) = waiting["inputRequests"]
+    assert key == "merge/elicit-1" and waiting["inputRequests"][key]["params"]["message"] == "Keep the sum 5?"
+    answer = {"action": "accept", "content": {"confirm": True}}
+    client.result("tasks/update", {"taskId": task_id, "inputResponses": {key: answer}}, capabilities=caps())
+    done = client.wait(task_id, timeout=60)
+    assert done["status"] == "completed" and done["result"]["structuredContent"] == {"sum": 5, "failed": []}, done
+
+
+def test_a_cancel_mid_sweep_starts_no_member_after_it_and_stops_the_running_ones(
+    client: HttpClient, store_redis: redis.Redis, env: dict[str, str], worker: Process, tmp_path: Path
+) -> None:
+    """Four members, two slots (a worker of the test's own, so no other test's job holds a slot): two run,
+    two wait; the cancel ends all."""
+    name = f"wf-cancel-{uuid.uuid4().hex[:8]}"
+    members = start_worker(env, tmp_path / "wf-cancel.log", queues="wf", name=name, concurrency=2)
+    marker = f"cancel-{uuid.uuid4()}"
+    task_id = client.start("sweep", {"n": 4, "seconds": 60, "marker": marker, "queue": "wf"})
+    try:
+        wait_for(lambda: store_redis.hlen(marker) == 2, 30, what="two members to run")
+        workflow = workflow_of(store_redis, task_id)
+        client.result("tasks/cancel", {"taskId": task_id})
+        cancelled = client.wait(task_id, timeout=15)  # running members stop at their next checkpoint (50 ms)
+        # Ended by its members stopping, within the grace period (1 s here), not by the grace running out.
+        assert cancelled["status"] == "cancelled" and cancelled["statusMessage"] == "cancelled", cancelled
+        # Every member has ended: those that ran stopped (REVOKED), those that waited never start.
+        wait_for(
+            lambda: all(celery_meta(m.id)["status"] == "REVOKED" for m in workflow.members),
+            30,
+            what="every member to end REVOKED",
+        )
+        assert store_redis.hlen(marker) == 2
+        node = f"{name}@{os.uname().nodename}"
+        wait_for(lambda: (sample_jobs.app.control.inspect(destination=[node]).active() or {}).get(node) == [], 15)
+        merge = workflow.merge
+        assert merge is not None and client.get(merge.id)["status"] == "cancelled"  # never launched
+    finally:
+        members.stop()
+
+
+def test_a_plain_client_follows_a_workflow_with_the_lifecycle_tools(client: HttpClient) -> None:
+    reply = client.result("tools/call", {"name": "sweep", "arguments": {"n": 3, "seconds": 4}}, capabilities={})
+    handle = reply["_meta"]["mcp-celery/task"]
+    deadline = time.monotonic() + 60
+    while True:
+        status = client.result(
+            "tools/call", {"name": "task_status", "arguments": {"task_id": handle["taskId"], "wait_seconds": 3}},
+            capabilities={},
+        )  # fmt: skip
+        if status["structuredContent"]["status"] == "completed" or time.monotonic() > deadline:
+            break
+    assert status["structuredContent"]["status"] == "completed", status
+    assert status["structuredContent"]["result"]["structuredContent"] == {"sum": 5, "failed": []}, status
+
+
+@pytest.fixture
+def members_worker(env: dict[str, str], worker: Process, tmp_path: Path) -> Iterator[Process]:
+    """A worker of its own for the members' queue (`wf`), which the test kills."""
+    proc = start_worker(env, tmp_path / "wf.log", queues="wf", name=f"wf-{uuid.uuid4().hex[:8]}", concurrency=2)
+    yield proc
+    proc.stop()
+
+
+@pytest.mark.skipif(not REDIS_BROKER, reason="only a Redis broker's queues can be looked into")
+@pytest.mark.parametrize(
+    ("tool", "arguments", "who"), [("sweep", {"n": 2}, "merge"), ("steps", {"n": 2}, "wf_member-2")]
+)
+def test_a_message_sent_when_its_turn_came_and_lost_before_any_worker_took_it_fails_the_task(
+    client: HttpClient, tool: str, arguments: dict[str, Any], who: str
+) -> None:
+    """A merge step and a chain's later step are sent once the members before them end, and watched from then."""
+    broker = redis.Redis.from_url(os.environ["TEST_BROKER_URL"])
+    nowhere = f"nowhere-{uuid.uuid4()}"  # a queue no worker consumes
+    queue_option = "merge_queue" if tool == "sweep" else "last_queue"
+    task_id = client.start(tool, {**arguments, queue_option: nowhere})
+    wait_for(lambda: broker.llen(nowhere) == 1, 30, what=f"the message of {who} to be sent")
+    assert broker.rpop(nowhere) is not None  # lost, as a broker restarted without persistence would lose it
+    failed = client.wait(task_id, timeout=60)
+    assert failed["status"] == "failed", failed
+    assert who in failed["error"]["message"] and LOST_BEFORE_START in failed["error"]["message"], failed
+
+
+def test_a_members_worker_killed_fails_an_at_most_once_workflow_honestly(
+    client: HttpClient, store_redis: redis.Redis, members_worker: Process
+) -> None:
+    marker = f"killed-{uuid.uuid4()}"
+    task_id = client.start("sweep", {"n": 2, "seconds": 120, "marker": marker, "queue": "wf"})
+    wait_for(lambda: store_redis.hlen(marker) == 2, 30, what="both members to run")
+    os.killpg(members_worker.pid, signal.SIGKILL)  # the worker and its pool at once
+    failed = client.wait(task_id, timeout=40)  # the heartbeat deadline (6 s) and a sweep or two
+    assert failed["status"] == "failed", failed
+    assert "worker running the job was lost" in failed["error"]["message"], failed
+
+
+def test_an_at_least_once_member_runs_again_on_another_worker_and_the_workflow_completes(
+    client: HttpClient, store_redis: redis.Redis, members_worker: Process, env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = f"again-{uuid.uuid4()}"
+    task_id = client.start("sweep", {"n": 2, "seconds": 3, "marker": marker, "queue": "wf", "at_least_once": True})
+    wait_for(lambda: store_redis.hlen(marker) == 2, 30, what="both members to run")
+    os.killpg(members_worker.pid, signal.SIGKILL)
+    again = start_worker(env, tmp_path / "wf-again.log", queues="wf", name=f"wf-again-{uuid.uuid4().hex[:8]}")
+    try:
+        done = client.wait(task_id, timeout=90)  # found lost, put back on the queue, run again
+    finally:
+        again.stop()
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"] == {"sum": 0 + 1, "failed": []}
+    assert {k: int(v) for k, v in store_redis.hgetall(marker).items()} == {b"0": 2, b"1": 2}
