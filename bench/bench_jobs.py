@@ -1,6 +1,7 @@
 """The Celery app the benchmark runs: `noop` as an mcp-celery tool, `raw_noop` as a plain Celery task,
-`stamps`, a tool that reports the time as its status (for `python -m bench.push`), and `ask_one`, a tool
-that asks its client one question (for `python -m bench.input_latency`).
+`stamps`, a tool that reports the time as its status (for `python -m bench.push`), `ask_one`, a tool
+that asks its client one question (for `python -m bench.input_latency` and the cancel phase), and
+`spin`, a tool that runs until it is cancelled (the cancel phase).
 
 All share one app and so one configuration (`mcp_celery.configure_app`): raw Celery is measured with
 the same worker settings as ours. Broker and backend are db 0 of BENCH_REDIS_URL (set by `python -m
@@ -51,3 +52,15 @@ def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
     if answer.action != "accept":
         return f"user chose {answer.action}"
     return "published" if (answer.content or {}).get("confirm") else "kept"
+
+
+@mcp_celery.tool(app)
+def spin(ctx: mcp_celery.JobContext, interval_s: float = 0.02, seconds: float = 60) -> int:
+    """Busy until cancelled, with a cancel checkpoint every `interval_s`; returns the checkpoints passed."""
+    deadline = time.monotonic() + seconds
+    checkpoints = 0
+    while time.monotonic() < deadline:
+        ctx.check_cancelled()
+        checkpoints += 1
+        time.sleep(interval_s)
+    return checkpoints

@@ -6,6 +6,9 @@ import time
 from dataclasses import dataclass
 
 POLL_INTERVAL_S = 0.010  # e2e: sleep between tasks/get polls (same for ours and FastMCP)
+#: The cancel phase's running job checks for a cancel this often, as the log search's tick does
+#: (jobs/_logsearch.py TICK_S).
+CANCEL_CHECKPOINT_S = 0.020
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,13 @@ class RunConfig:
     ab_rounds: int  # interleaved scaling A/B: rounds of (one slice on the big store, one on the small one)
     ab_slice_s: float  # seconds per slice
     ab_small_store: int  # tasks stored in the small store
+    cancel_rounds: int  # cancel phase: rounds of (an input round trip, a waiting job cancelled, a running one)
 
     @classmethod
     def for_run(cls, quick: bool) -> RunConfig:
         if quick:
-            return cls(True, 1.5, 0.3, 300, 300, 100, 300, 100, 200, 20_000, 20, 0.15, 1000)
-        return cls(False, 5.0, 1.0, 1000, 3000, 500, 3000, 500, 1000, 1_000_000, 40, 0.25, 1000)
+            return cls(True, 1.5, 0.3, 300, 300, 100, 300, 100, 200, 20_000, 20, 0.15, 1000, 10)
+        return cls(False, 5.0, 1.0, 1000, 3000, 500, 3000, 500, 1000, 1_000_000, 40, 0.25, 1000, 40)
 
     @property
     def idle_window_s(self) -> float:

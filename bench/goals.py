@@ -131,6 +131,48 @@ def stored_task_scaling(r: Results) -> Goal:
     return Goal(d, None, figure, during, before, sequential + 1)
 
 
+def cancel_waiting(r: Results) -> Goal:
+    d = "cancel of a job waiting for input, tasks/cancel → job stopped: p50 ≤ 1.5× tasks/update → job continues"
+    ours, ref = r.cancel.waiting, r.cancel.input_continues
+    if ours is None or ref is None:
+        return _not_measured(d)
+    x = ours.p50_ms / ref.p50_ms
+    figure = f"{ours.p50_ms:.2f} ms vs {ref.p50_ms:.2f} ms (the same wake-up, same rounds) = {x:.2f}×"
+    return Goal(d, x <= 1.5, figure, ours.p50_ms, ref.p50_ms, x)
+
+
+def cancel_running(r: Results) -> Goal:
+    d = "cancel of a running job, tasks/cancel → job stopped: p95 ≤ its checkpoint interval + the waiting job's p95"
+    c = r.cancel
+    if c.running is None or c.waiting is None or c.checkpoint_ms is None:
+        return _not_measured(d)
+    bound = c.checkpoint_ms + c.waiting.p95_ms
+    x = c.running.p95_ms / bound
+    figure = f"{c.running.p95_ms:.2f} ms vs {c.checkpoint_ms:g} + {c.waiting.p95_ms:.2f} = {bound:.2f} ms ({x:.2f}×)"
+    return Goal(d, c.running.p95_ms <= bound, figure, c.running.p95_ms, bound, x)
+
+
+def metrics_cost(r: Results) -> Goal:
+    """Judged on the metrics code's own CPU per request (drift-free) against the p50 with metrics off, and
+    on the interleaved on/off A/B not contradicting it (its 95% CI reaches below 1.05× for both methods)."""
+    d = "metrics on: cost on tools/call-to-handle and tasks/get each < 5%"
+    m = r.metrics
+    if m is None:
+        return _not_measured(d)
+    code = max(m.call_code_us / 1000 / m.call.small_p50_ms, m.get_code_us / 1000 / m.get.small_p50_ms)
+    ab = "; ".join(
+        f"{name} {x.big_p50_ms:.3f} vs {x.small_p50_ms:.3f} ms = {x.ratio:.3f}× "
+        f"(95% CI {x.ci_low:.3f}–{x.ci_high:.3f}×)"
+        for name, x in (("tools/call", m.call), ("tasks/get", m.get))
+    )
+    figure = (
+        f"metrics code {m.call_code_us:.2f} µs per tools/call, {m.get_code_us:.2f} µs per tasks/get "
+        f"(at most {code:.2%} of the p50); interleaved on/off, {m.rounds} rounds × {m.slice_s:g} s: {ab}"
+    )
+    met = code < 0.05 and m.call.ci_low < 1.05 and m.get.ci_low < 1.05
+    return Goal(d, met, figure, code, 0.05, code / 0.05)
+
+
 GOALS: tuple[Callable[[Results], Goal], ...] = (
     call_latency,
     get_latency,
@@ -140,6 +182,9 @@ GOALS: tuple[Callable[[Results], Goal], ...] = (
     job_commands,
     memory_per_task,
     stored_task_scaling,
+    cancel_waiting,
+    cancel_running,
+    metrics_cost,
 )
 
 

@@ -134,14 +134,22 @@ def probe_on(base: str) -> Iterator[Probe]:
     redis.Redis.from_url(broker).flushdb()
     results.flushdb()
     env = {"BENCH_BROKER_URL": broker, "BENCH_BACKEND_URL": backend}
-    worker = start_worker(base, "worker-input-latency", concurrency=4, env=env)
+    with serving(bench_jobs.app, base, "input-latency", results, env) as probe:
+        yield probe
+
+
+@contextmanager
+def serving(app: Any, base: str, name: str, results: redis.Redis, env: dict[str, str] | None = None) -> Iterator[Probe]:
+    """A prefork worker (-c 4) and `mcp-celery serve --http` for bench.bench_jobs over `base`, and a Probe of
+    them whose `results` is the database of the jobs' Celery results; both are stopped at the end."""
+    worker = start_worker(base, f"worker-{name}", concurrency=4, env=env)
     server = None
     try:
-        server, url = start_ours_server(base, "server-input-latency", env=env)
-        wait_worker(bench_jobs.app, worker)
+        server, url = start_ours_server(base, f"server-{name}", env=env)
+        wait_worker(app, worker)
         client = SyncClient(url, {"extensions": {TASKS_EXT: {}}, "elicitation": {}})
         try:
-            yield Probe(client, results, bench_jobs.app.backend)
+            yield Probe(client, results, app.backend)
         finally:
             client.close()
     finally:

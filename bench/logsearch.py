@@ -33,6 +33,7 @@ import httpx
 from bench.procs import BENCH, MY_SESSIONS, start, start_http_server
 from bench.redis_tools import BenchRedis
 from bench.rpc import parse, request
+from jobs._logsearch import available_cpus
 from mcp_celery._processes import Process, free_port
 
 POLL_S = 0.005
@@ -113,6 +114,8 @@ def start_stack(log_root: Path) -> Stack:
         "CELERY_RESULT_BACKEND": f"{bench_redis.url}/1",
         "JOBS_LOG_ROOT": str(log_root),
         "MCP_CELERY_SYNC_TIMEOUT_S": "300",
+        # One search at a time, as grep runs: it may use every CPU (the worker's default is CPUs / concurrency).
+        "JOBS_LOG_SEARCH_PROCESSES": str(available_cpus()),
     }
     worker_args = ["-m", "celery", "-A", "jobs", "worker", "-P", "prefork", "-c", "2", "--without-gossip"]
     worker = start("logsearch-worker", [sys.executable, *worker_args, "--without-mingle", "-l", "INFO"], env)
@@ -306,7 +309,8 @@ def _report(rows: list[Row], size_gb: float, size: int, lines: int, reps: int, f
         f"({lines:,} lines: ISO timestamp, level, service, message), read from the page cache by both tools.",
         f"Medians of {reps} interleaved runs per tool. grep: `grep -F -c` (literal) or `grep -E -c` (regex) on the "
         "file. Ours: `log_search` through `mcp-celery serve -A jobs --http` and a prefork `celery -A jobs worker` "
-        f"(2 processes), from the `tools/call` request to the result: as a task polled every {POLL_S * 1000:.0f} ms "
+        f"(2 processes; `JOBS_LOG_SEARCH_PROCESSES={available_cpus()}`, since one search runs at a time), from the "
+        f"`tools/call` request to the result: as a task polled every {POLL_S * 1000:.0f} ms "
         "with `tasks/get`, and as a synchronous call. GB/s is the log's size over that time.",
         "",
         *describe_machine(),

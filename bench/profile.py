@@ -69,10 +69,13 @@ async def drive(what: str, url: str, seconds: float, conc: int) -> load.LoadResu
     return await load.run_load(op, conc, duration=seconds, warmup=1.0, deadline=seconds + 120)
 
 
-def start_py_spy(pyspy: str, pid: int, rate: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
-    """py-spy sampling `pid` (and its threads) into `out`, collapsed raw stacks, for `seconds`."""
+def start_py_spy(
+    pyspy: str, pid: int, rate: int, out: Path, seconds: float, *, children: bool = False
+) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid` (and its threads; with `children`, its pool processes too) into `out`,
+    collapsed raw stacks, for `seconds`."""
     argv = [pyspy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw", "--output", str(out)]
-    argv += ["--duration", str(int(seconds)), "--nonblocking"]
+    argv += ["--duration", str(int(seconds)), "--nonblocking", *(["--subprocesses"] if children else [])]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -82,6 +85,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples/s")
+    ap.add_argument(
+        "--target", choices=["server", "worker"], default="server", help="the process to profile (worker: its pool too)"
+    )
     a = ap.parse_args()
     pyspy = shutil.which("py-spy")
     if not pyspy:
@@ -93,18 +99,19 @@ def main() -> None:
 
     w = start_worker(rds.url, "worker-prof")
     s = None
-    out = LOGS / f"profile-{a.what}.txt"
+    out = LOGS / f"profile-{a.what}-{a.target}.txt"
     spy = None
     try:
         s, url = start_ours_server(rds.url, "ours-prof")
         wait_worker(bench_jobs.app, w)
-        spy = start_py_spy(pyspy, s.pid, a.rate, out, a.seconds + 3)
+        profiled = s.pid if a.target == "server" else w.pid
+        spy = start_py_spy(pyspy, profiled, a.rate, out, a.seconds + 3, children=a.target == "worker")
         time.sleep(0.5)
         res = asyncio.run(drive(a.what, url, a.seconds, a.concurrency))
         print(f"{a.what}: {res.summary()}")
         spy.wait(timeout=60)
         summary = summarize(out)
-        (LOGS / f"profile-{a.what}-summary.txt").write_text(summary)
+        (LOGS / f"profile-{a.what}-{a.target}-summary.txt").write_text(summary)
         print(summary)
     finally:
         if spy is not None and spy.poll() is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig, say
-from bench.load import LoadResult
+from bench.load import LoadResult, percentile_ms
 
 PACKAGES = ("mcp", "celery", "kombu", "redis", "uvicorn", "starlette", "httpx", "mcp-celery")
 
@@ -141,6 +141,20 @@ class ABFigures:
 
 
 @dataclass
+class MetricsCostFigures:
+    """The same server with metrics on and off, interleaved c=1 slices (`ab_stats`: "big" is on, "small" off)."""
+
+    get: ABFigures
+    call: ABFigures  # tools/call to the handle, the job worker paused
+    get_control: ABFigures  # a second metrics-on server / the first: two identical servers
+    call_control: ABFigures
+    rounds: int
+    slice_s: float
+    call_code_us: float  # CPU the metrics code itself takes per tools/call, timed in-process
+    get_code_us: float  # the same per tasks/get
+
+
+@dataclass
 class ScalingFigures:
     """tasks/get before, during and after a fill to `RunConfig.fill_to` stored tasks (ours only)."""
 
@@ -192,6 +206,31 @@ class TaskServerFigures:
     sync_breakdown: str = ""
 
 
+@dataclass(frozen=True)
+class Latencies:
+    """Round trips timed one at a time (not a load window)."""
+
+    p50_ms: float
+    p95_ms: float
+    max_ms: float
+    count: int
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> Latencies:
+        return cls(percentile_ms(seconds, 50), percentile_ms(seconds, 95), max(seconds) * 1000, len(seconds))
+
+
+@dataclass
+class CancelFigures:
+    """From sending `tasks/cancel` until the job stopped (its Celery state REVOKED), one task at a time, and
+    the reference timed in the same rounds: `tasks/update` until a job waiting for input carries on."""
+
+    input_continues: Latencies | None = None  # the reference: the same wake-up (the job's BLPOP on its bell)
+    waiting: Latencies | None = None  # a job waiting for input (`ask_one`)
+    running: Latencies | None = None  # a running job with a checkpoint every checkpoint_ms (`spin`)
+    checkpoint_ms: float | None = None
+
+
 @dataclass
 class Results:
     """Everything one run measured, plus the CPU-share record of every window and the notes."""
@@ -205,6 +244,8 @@ class Results:
     raw: RawFigures = field(default_factory=RawFigures)
     ours: TaskServerFigures = field(default_factory=TaskServerFigures)
     fastmcp: TaskServerFigures = field(default_factory=TaskServerFigures)
+    cancel: CancelFigures = field(default_factory=CancelFigures)
+    metrics: MetricsCostFigures | None = None
     foreign_cpu: list[tuple[str, float]] = field(default_factory=list)  # (window, share), in run order
     notes: list[str] = field(default_factory=list)
 

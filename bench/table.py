@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.results import ABFigures, Results, ScalingFigures, Window
+from bench.results import ABFigures, Latencies, Results, ScalingFigures, Window
 
 Row = tuple[str, str, str, str, str]  # metric, floor / ceiling, ours, raw Celery, FastMCP
 HEAD: Row = ("metric", "floor / ceiling", "ours (mcp-celery)", "raw Celery", "FastMCP 4.1.4")
@@ -173,8 +173,33 @@ def scaling_rows(r: Results) -> list[Row]:
     ]
 
 
+def latencies(lat: Latencies | None) -> str:
+    return f"{fmt(lat and lat.p50_ms)} / {fmt(lat and lat.p95_ms)} / {fmt(lat and lat.max_ms)}"
+
+
+def cancel_rows(r: Results) -> list[Row]:
+    """The cancel phase: tasks/cancel until the job stopped, and the input round trip of the same rounds."""
+    c = r.cancel
+    rounds = c.waiting.count if c.waiting else 0
+    every = fmt(c.checkpoint_ms, "{:g}")
+    return [
+        row(
+            f"cancel → job stopped p50 / p95 / max ms ({rounds} runs): a job waiting for input",
+            ours=latencies(c.waiting),
+        ),
+        row(
+            f"cancel → job stopped p50 / p95 / max ms: a running job, a checkpoint every {every} ms",
+            ours=latencies(c.running),
+        ),
+        row(
+            "reference, same rounds: tasks/update → waiting job continues p50 / p95 / max ms",
+            ours=latencies(c.input_continues),
+        ),
+    ]
+
+
 def results_table(r: Results) -> str:
-    rows = baseline_rows(r) + job_rows(r) + scaling_rows(r)
+    rows = baseline_rows(r) + job_rows(r) + scaling_rows(r) + cancel_rows(r)
     widths = [max(len(row[i]) for row in [*rows, HEAD]) for i in range(5)]
     lines = [
         "| " + " | ".join(h.ljust(widths[i]) for i, h in enumerate(HEAD)) + " |",

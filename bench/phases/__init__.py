@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from bench.config import RunConfig
 from bench.phases.baselines import run_ceiling, run_floor
+from bench.phases.cancel import run_cancel
+from bench.phases.metrics_cost import run_metrics
 from bench.phases.raw import run_raw
 from bench.phases.servers import run_fastmcp, run_ours
 from bench.redis_tools import BenchRedis
@@ -31,5 +33,7 @@ PHASES = (
     Phase("floor", run_floor, flushes_redis=False),
     Phase("raw", run_raw, flushes_redis=True),
     Phase("ours", run_ours, flushes_redis=True),
+    Phase("metrics", run_metrics, flushes_redis=True),
     Phase("fastmcp", run_fastmcp, flushes_redis=True),
+    Phase("cancel", run_cancel, flushes_redis=True),
 )
