@@ -110,17 +110,21 @@ class TaskEvents:
         """The listener loop; runs in the server's lifespan task group until cancelled."""
         while True:
             await self._subscribed.wait()
+            if self._stale:
+                await anyio.sleep(0.5)
+                await self._renew()
+                continue
             try:
                 message = await self._next_message()
             except (RedisError, OSError):
                 logger.warning("task event listener lost its Redis connection; resubscribing", exc_info=True)
                 await anyio.sleep(0.5)
-                await self._resubscribe()
+                await self._renew()
                 continue
             except RuntimeError:
                 if not self._sharded:
                     raise
-                await self._resubscribe()  # the cluster pub/sub's turn reached a node it had let go
+                await self._renew()  # the cluster pub/sub's turn reached a node it had let go
                 continue
             if message is not None and message.get("type") in ("message", "smessage"):
                 for watcher, task_id in list(self._watchers.get(bytes(message["channel"]), {}).items()):
@@ -139,21 +143,32 @@ class TaskEvents:
                 if not watchers:
                     del self._watchers[channel]
                     gone.append(channel)
-        if gone and self._sharded and not self._watchers:
-            await self._resubscribe()  # a fresh cluster pub/sub, holding no connection, for the next watch
-        elif gone:
+        if not gone:
+            return
+        async with self._lock:
             try:
                 await (self._pubsub.sunsubscribe(*gone) if self._sharded else self._pubsub.unsubscribe(*gone))
             except (RedisError, OSError):
                 logger.warning("could not unsubscribe from %d task channels", len(gone), exc_info=True)
 
     async def _subscribe(self, channels: list[bytes]) -> None:
-        await (self._pubsub.ssubscribe(*channels) if self._sharded else self._pubsub.subscribe(*channels))
+        """Subscribe, or failing that renew the connection (which subscribes every watched channel)."""
+        async with self._lock:
+            try:
+                await (self._pubsub.ssubscribe(*channels) if self._sharded else self._pubsub.subscribe(*channels))
+                return
+            except (RedisError, OSError):
+                # Not the caller's failure: a watch goes on, and learns of every change once renewed.
+                logger.warning("could not subscribe to %d task channels; renewing", len(channels), exc_info=True)
+        await self._renew()
 
     async def _next_message(self) -> dict[str, Any] | None:
         if self._sharded:
             if not self._watchers:
+                # Only this loop renews an idle cluster pub/sub: closing one while it reads here would
+                # read as a lost connection (and half a second of deafness for the next watch).
                 self._subscribed = anyio.Event()  # nothing to read until the next watch
+                await self._renew()  # a fresh cluster pub/sub, holding no connection, for the next watch
                 return None
             message: dict[str, Any] | None = await self._pubsub.get_sharded_message(
                 ignore_subscribe_messages=True, timeout=SHARDED_READ_S
@@ -161,16 +176,20 @@ class TaskEvents:
             return message
         return await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)  # type: ignore[no-any-return]
 
-    async def _resubscribe(self) -> None:
+    async def _renew(self) -> None:
         """A new connection, every watched channel again, and a look at every watched task (pings were lost)."""
-        try:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
-            self._pubsub = self._client.pubsub()
-            if self._watchers:
-                await self._subscribe(list(self._watchers))
-        except (RedisError, OSError):
-            logger.warning("task event listener could not resubscribe", exc_info=True)
-            return
+        async with self._lock:
+            try:
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+                self._pubsub = self._client.pubsub()
+                if self._watchers:
+                    channels = list(self._watchers)
+                    await (self._pubsub.ssubscribe(*channels) if self._sharded else self._pubsub.subscribe(*channels))
+            except (RedisError, OSError):
+                logger.warning("task event listener could not resubscribe", exc_info=True)
+                self._stale = True
+                return
+            self._stale = False
         for watchers in list(self._watchers.values()):
             for watcher, task_id in list(watchers.items()):
                 watcher.mark(task_id)
