@@ -30,6 +30,7 @@ import redis
 from mcp_celery._processes import start_redis
 from mcp_celery.store.acl import acl_rule
 from mcp_celery.store.connect import redis_target, sync_client
+from tests.log_tracebacks import tracebacks_since
 from tests.redis_topologies import start_cluster
 from tests.support import HttpClient, PersistentRedis, Process, StdioClient, free_port, start_http_server, start_worker
 
@@ -110,6 +111,22 @@ def empty_broker(url: str) -> None:
                 channel.queue_purge(queue)
             except connection.channel_errors:  # never declared yet: nothing to drop
                 channel = connection.channel()
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """A failed test's report carries the tracebacks its services logged meanwhile (`tests.log_tracebacks`)."""
+    report = yield
+    if call.when == "setup":
+        item.stash[_STARTED] = call.start
+    elif call.when == "call" and report.failed:
+        found = tracebacks_since(item.config._tmp_path_factory.getbasetemp(), item.stash.get(_STARTED, call.start))  # type: ignore[attr-defined]
+        if found:
+            report.sections.append(("tracebacks in the services' logs", found))
+    return report
 
 
 @pytest.fixture(scope="session")
