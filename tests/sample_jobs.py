@@ -540,7 +540,8 @@ def sweep(
     if at_least_once:
         runs = [wf_member_again.s(i, seconds, marker) for i in range(n)]  # type: ignore[attr-defined]
     else:
-        runs = [wf_member.s(i, seconds, marker, i == fail_at) for i in range(n)]  # type: ignore[attr-defined]
+        # The failing member fails at once: the others are still running when it does.
+        runs = [wf_member.s(i, 0 if i == fail_at else seconds, marker, i == fail_at) for i in range(n)]  # type: ignore[attr-defined]
     members = group(run.set(queue=queue) for run in runs)
     merge = (wf_asking_merge if asking else wf_merge).s().set(queue=merge_queue)  # type: ignore[attr-defined]
     ctx.run_workflow(members, merge=merge, on_failure="partial" if policy == "partial" else "fail")

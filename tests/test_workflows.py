@@ -20,6 +20,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from mcp_celery.protocol import TERMINAL_STATUSES
 from mcp_celery.server.reaper import LOST_BEFORE_START
 from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.workflows import Workflow
@@ -33,6 +34,10 @@ REDIS_BROKER = os.environ["TEST_BROKER_URL"].startswith("redis")
 def workflow_of(store_redis: redis.Redis, task_id: str) -> Workflow:
     raw = wait_for(lambda: store_redis.hget(Keys().task(task_id), FIELD.WORKFLOW), 30, what="the workflow to start")
     return Workflow.from_json(raw.decode())
+
+
+def terminal(task: dict[str, Any]) -> dict[str, Any] | None:
+    return task if task["status"] in TERMINAL_STATUSES else None
 
 
 def celery_meta(task_id: str) -> dict[str, Any]:
@@ -53,7 +58,11 @@ def test_a_group_and_its_merge_step_run_as_one_task_whose_result_is_the_merge_st
     assert done["status"] == "completed", done
     assert done["result"]["structuredContent"] == {"sum": 0 + 1 + 4 + 9, "failed": []}
     messages = [t.get("statusMessage", "") for t in seen]
-    assert any(re.match(r"\d/4 done, \d running", m) for m in messages), messages  # the members' progress
+    # The members' progress, with a running member's own words (its `ctx.status`) under its label.
+    pattern = re.compile(r"\d/4 done, [1-4] running; wf_member-(\d): member (\d): step \d+")
+    matched = [found for found in (pattern.fullmatch(m) for m in messages) if found is not None]
+    assert matched, messages
+    assert all(int(found[1]) == int(found[2]) + 1 for found in matched), messages
     workflow = workflow_of(store_redis, task_id)
     assert [m.label for m in workflow.members] == ["wf_member-1", "wf_member-2", "wf_member-3", "wf_member-4"]
     # Every member ran once, and Celery knows the MCP task's Celery task as their parent (Flower shows them so).
@@ -65,11 +74,19 @@ def test_a_group_and_its_merge_step_run_as_one_task_whose_result_is_the_merge_st
     assert client.get(task_id)["status"] == "completed"
 
 
-def test_the_first_failing_member_fails_the_workflow_and_the_others_are_cancelled(client: HttpClient) -> None:
-    task_id = client.start("sweep", {"n": 4, "seconds": 5.0, "fail_at": 1})
+def test_the_first_failing_member_fails_the_workflow_and_the_others_are_cancelled(
+    client: HttpClient, store_redis: redis.Redis
+) -> None:
+    task_id = client.start("sweep", {"n": 4, "seconds": 30.0, "fail_at": 1})  # member 1 fails at once
     failed = client.wait(task_id, timeout=60)
     assert failed["status"] == "failed", failed
     assert "member wf_member-2" in failed["error"]["message"] and "failed on purpose" in failed["error"]["message"]
+    workflow = workflow_of(store_redis, task_id)
+    others = [m for m in workflow.members if m.label != "wf_member-2"]
+    # Stopped at their next checkpoint (or never started), long before their 30 s were up.
+    ends = {m.label: wait_for(lambda m=m: terminal(client.get(m.id)), 20, what=f"{m.label} to end") for m in others}
+    assert {label: end["status"] for label, end in ends.items()} == {m.label: "cancelled" for m in others}, ends
+    assert workflow.merge is not None and client.get(workflow.merge.id)["status"] == "cancelled"  # never launched
 
 
 def test_with_the_partial_policy_the_merge_step_gets_the_survivors_and_says_which_failed(client: HttpClient) -> None:
@@ -129,9 +146,10 @@ def test_a_cancel_mid_sweep_starts_no_member_after_it_and_stops_the_running_ones
             30,
             what="every member to end REVOKED",
         )
-        assert store_redis.hlen(marker) == 2
         node = f"{name}@{os.uname().nodename}"
         wait_for(lambda: (sample_jobs.app.control.inspect(destination=[node]).active() or {}).get(node) == [], 15)
+        # Both slots are free now: a waiting member that had not been stopped would have started by now.
+        assert store_redis.hlen(marker) == 2
         merge = workflow.merge
         assert merge is not None and client.get(merge.id)["status"] == "cancelled"  # never launched
     finally:
