@@ -170,16 +170,47 @@ def metrics_section(r: Results) -> list[str]:
     ]
 
 
+def fallback_section(r: Results) -> list[str]:
+    """The synchronous path with the plain-host fallback on and off (the `fallback` phase)."""
+    f = r.fallback
+    if f is None:
+        return []
+    ab, aa = f.sync, f.sync_control
+    return [
+        "",
+        "### Plain-host fallback cost",
+        "",
+        "Three `mcp-celery serve` processes over the bench Redis and one prefork worker, identical but for "
+        "MCP_CELERY_TOOL_FALLBACK=false on one, measured in alternating c=1 slices of synchronous `tools/call` "
+        f"(no extension declared) of a trivial job ({f.rounds} rounds × {f.slice_s:g} s per side, after a warm-up "
+        "round); the third, fallback on too, is a control. Ratio: p50 on / off, 95% CI from a paired-round bootstrap.",
+        "",
+        "| request | fallback on p50 ms | off p50 ms | on / off (95% CI) | control: a second on server / on | "
+        "samples on / off |",
+        "|---|---|---|---|---|---|",
+        f"| synchronous tools/call, trivial job | {ab.big_p50_ms:.3f} | {ab.small_p50_ms:.3f} | {ab.ratio:.3f}× "
+        f"({ab.ci_low:.3f}–{ab.ci_high:.3f}×) | {aa.ratio:.3f}× ({aa.ci_low:.3f}–{aa.ci_high:.3f}×) "
+        f"| {ab.big_samples} / {ab.small_samples} |",
+    ]
+
+
 def analysis_section() -> list[str]:
-    return ["", ANALYSIS.read_text().rstrip()] if ANALYSIS.exists() else []
+    """A pointer, not a copy: each figure lives in one place (the analysis keeps its own runs' figures)."""
+    if not ANALYSIS.exists():
+        return []
+    return [
+        "",
+        "## Where the time went",
+        "",
+        f"Profiles, and the before and after of each change that mattered: [{ANALYSIS.name}]({ANALYSIS.name}).",
+    ]
 
 
 def push_section() -> list[str]:
-    """The latest `python -m bench.push` run (its own command; its table is copied here as it is)."""
+    """A pointer to the latest `python -m bench.push` run (its own command and page)."""
     if not PUSH.exists():
         return []
-    text = PUSH.read_text().rstrip().replace("# Push against polling", "## Push against polling", 1)
-    return ["", text]
+    return ["", "## Push against polling", "", f"The latest `python -m bench.push` run: [{PUSH.name}]({PUSH.name})."]
 
 
 def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
@@ -217,6 +248,7 @@ def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
         "|---|---|---|---|",
         *[f"| {b.goal.description} | {b.goal.status} | {b.goal.figure} | {b.bound} |" for b in issue14_goals(r)],
         *metrics_section(r),
+        *fallback_section(r),
         *analysis_section(),
         *push_section(),
         "",
