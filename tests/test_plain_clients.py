@@ -113,6 +113,35 @@ def test_the_mcp_2_3_client_answers_a_running_jobs_question_through_mrtr_and_get
     assert any(total == 15 for _, total, _ in progress), progress
 
 
+def test_the_mcp_2_3_client_answers_and_cancels_through_the_lifecycle_tools(target: Any) -> None:
+    """A client without elicitation: the question waits in the task past the window; task_status shows
+    it (waiting for the change), task_respond answers it, task_cancel stops another job."""
+
+    async def body() -> None:
+        async with Client(target) as client:
+            asking = await client.call_tool("confirm_echo", {"text": "later"})
+            assert asking.meta is not None, asking
+            task_id = asking.meta[TASK_HANDLE_META]["taskId"]
+            status = await client.call_tool("task_status", {"task_id": task_id, "wait_seconds": 3})
+            assert (status.structured_content or {})["status"] == "input_required", status
+            assert list((status.structured_content or {})["inputRequests"]) == ["elicit-1"], status
+            answer = {"elicit-1": {"action": "accept", "content": {"confirm": True}}}
+            taken = await client.call_tool("task_respond", {"task_id": task_id, "responses": answer})
+            assert taken.is_error is False and (taken.structured_content or {})["taken"] == ["elicit-1"], taken
+            done = await follow(client, task_id)
+            assert (done.structured_content or {})["status"] == "completed" and last_text(done) == "later: yes", done
+
+            running = await client.call_tool("checkpoint_loop", {"seconds": 60})
+            assert running.meta is not None, running
+            loop_id = running.meta[TASK_HANDLE_META]["taskId"]
+            cancelled = await client.call_tool("task_cancel", {"task_id": loop_id})
+            assert cancelled.is_error is False, cancelled
+            ended = await follow(client, loop_id)
+            assert (ended.structured_content or {})["status"] == "cancelled", ended
+
+    run(body)
+
+
 # ---------------------------------------------------------------- mcp 1.x
 
 
