@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
@@ -177,8 +178,20 @@ def wait_input_required(client: HttpClient, task_id: str) -> dict[str, Any]:
     return wait_for(lambda: t if (t := client.get(task_id))["status"] == "input_required" else None, 30)
 
 
+def scraped(deployment: Deployment) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the deployment's server's own GET /metrics, parsed by prometheus_client."""
+    reply = httpx.get(deployment.client.url.removesuffix("/mcp") + "/metrics", timeout=10)
+    assert reply.status_code == 200, reply.text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(reply.text)
+        for s in family.samples
+    }
+
+
 def test_a_scripted_run_moves_the_counters_and_histograms_exactly(deployment: Deployment) -> None:
     figures = Figures(deployment.keys)
+    served_before = scraped(deployment)  # the module's other tests share the server: its deltas count
     c = deployment.client
     completed = [c.start("echo", {"text": t}) for t in ("a", "b")]
     tool_error = c.start("boom", {"message": "kaboom-figures"})
@@ -221,6 +234,14 @@ def test_a_scripted_run_moves_the_counters_and_histograms_exactly(deployment: De
         return samples if all(samples.get(k) == v for k, v in expected.items()) else None
 
     samples = wait_for(counted, 30, what=f"the counters to reach {expected}")
+
+    # The server's own /metrics (its consumer group's share, the only replica here) moved the same way.
+    def served() -> dict[Any, float] | None:
+        now = scraped(deployment)
+        moved = {k: now.get(k, 0.0) - served_before.get(k, 0.0) for k in expected}
+        return moved if moved == expected else None
+
+    wait_for(served, 30, what=f"the server's /metrics to move by {expected}")
     assert sum(v for (name, _), v in samples.items() if name == "mcp_celery_tasks_ended_total") == 8
     assert sum(v for (name, _), v in samples.items() if name == "mcp_celery_tasks_lost_total") == 1
     # The jobs that started and ended themselves: one queue wait and one run time each.
