@@ -6,6 +6,8 @@ one of these fails the suite, so no snippet goes unchecked:
     python file=NAME   written into its page's scenario directory as NAME (and compiled)
     python run         run with `python -` in its page's scenario; it must exit 0
     python check       compiled; every `mcp_celery` module and name it imports or uses must exist
+    python excerpt=PATH  a quote of the repository file PATH (which its own tests run): each of its
+                       code lines, comments aside, is a line of PATH, in order; a `...` line skips any
     sh run             each command run in its page's scenario, in order (services in the background)
     sh check           each command checked, not run: `mcp-celery ...` by the real argparse parser,
                        `celery -A MODULE` for a module of the repository or the page, `pip install`
@@ -37,6 +39,7 @@ import os
 import re
 import shlex
 import subprocess
+import tokenize
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -139,8 +142,8 @@ def _info(info: str) -> tuple[str, str | None, dict[str, str]]:
         if "=" in word:
             key, _, value = word.partition("=")
             options[key] = value.strip("\"'")
-            if key == "file":
-                mode = "file"
+            if key in {"file", "excerpt"}:
+                mode = key
         elif word in MODES:
             mode = word
     return language, mode, options
@@ -299,9 +302,13 @@ def check_block(block: Block, page_files: frozenset[str] = frozenset()) -> None:
         SnippetError: the block has no mode, or it does not hold.
     """
     if block.mode is None:
-        raise SnippetError(f"{block.where}: a {block.language} block must say how it is checked (run, check, file=)")
+        raise SnippetError(
+            f"{block.where}: a {block.language} block must say how it is checked (run, check, file=, excerpt=)"
+        )
     problems: list[str]
-    if block.language in {"python", "py"}:
+    if block.mode == "excerpt":
+        problems = _excerpt_problems(block.text, block.options["excerpt"])
+    elif block.language in {"python", "py"}:
         problems = _python_problems(block.text)
     elif block.language in {"sh", "bash", "shell"}:
         problems = [p for line in command_lines(block.text) for p in _command_problems(line, page_files)]
@@ -427,6 +434,34 @@ def _python_command_problems(args: list[str], page_files: frozenset[str]) -> lis
 
 def _path_problems(args: list[str]) -> list[str]:
     return [f"{arg} does not exist in the repository" for arg in args if repo_path(arg) and not _exists(arg)]
+
+
+def _excerpt_problems(text: str, source: str) -> list[str]:
+    """The lines of an excerpt that are not, in order, lines of `source` (comments and indentation aside)."""
+    path = ROOT / source
+    if not path.is_file():
+        return [f"quotes {source}, which is not a file of the repository"]
+    wanted = [line for line in map(_code_of, text.splitlines()) if line]
+    have = [line for line in map(_code_of, path.read_text().splitlines()) if line]
+    at = 0
+    for line in wanted:
+        if line == "...":
+            continue
+        try:
+            at = have.index(line, at) + 1
+        except ValueError:
+            return [f"quotes {source}, but {line!r} is not one of its lines (after the ones before it)"]
+    return []
+
+
+def _code_of(line: str) -> str:
+    """A line's code: without a trailing `# comment` (outside strings) and surrounding space."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return line.strip()  # an unfinished bracket: the comment cannot be told apart, keep the line
+    comments = [t for t in tokens if t.type == tokenize.COMMENT]
+    return (line[: comments[0].start[1]] if comments else line).strip()
 
 
 def _python_problems(text: str) -> list[str]:

@@ -31,7 +31,7 @@ from tests.support import ROOT, session_redis
 
 PAGES = pages()
 CODE_BLOCKS = [block for page in PAGES for block in blocks(page) if block.is_code]
-CHECKED = [block for block in CODE_BLOCKS if block.mode == "check"]
+CHECKED = [block for block in CODE_BLOCKS if block.mode in {"check", "excerpt"}]
 SCENARIO_PAGES = [page for page in PAGES if any(block.mode == "run" for block in blocks(page))]
 #: The suite's Redis database for the pages' scenarios (emptied before each).
 SCENARIO_DB = 15
@@ -48,7 +48,7 @@ def test_the_pages_have_code_to_check() -> None:
 
 @pytest.mark.parametrize("block", CODE_BLOCKS, ids=block_id)
 def test_every_code_block_says_how_it_is_checked(block: Block) -> None:
-    assert block.mode is not None, f"{block.where}: a {block.language} block needs `run`, `check` or `file=NAME`"
+    assert block.mode is not None, f"{block.where}: a {block.language} block needs a mode (run, check, file=, excerpt=)"
 
 
 @pytest.mark.parametrize("block", CHECKED, ids=block_id)
@@ -102,6 +102,19 @@ def test_a_block_without_a_mode_fails_the_check() -> None:
     unknown = Block("x.md", 1, "sh", "check", {}, "MCP_CELERY_NO_SUCH_SETTING=1 mcp-celery demo\n")
     with pytest.raises(SnippetError, match="MCP_CELERY_NO_SUCH_SETTING"):
         check_block(unknown)
+
+
+def test_an_excerpt_must_quote_its_file_in_order() -> None:
+    quoted = "def train_sweep(\n    ...  # its parameters\n) -> SweepResult:\n"
+    check_block(Block("x.md", 1, "python", "excerpt", {"excerpt": "jobs/sweep.py"}, quoted))
+    drifted = "def train_sweep(ctx, grid) -> SweepResult:\n"
+    with pytest.raises(SnippetError, match="is not one of its lines"):
+        check_block(Block("x.md", 1, "python", "excerpt", {"excerpt": "jobs/sweep.py"}, drifted))
+    backwards = ") -> SweepResult:\ndef train_sweep(\n"
+    with pytest.raises(SnippetError, match="after the ones before it"):
+        check_block(Block("x.md", 1, "python", "excerpt", {"excerpt": "jobs/sweep.py"}, backwards))
+    with pytest.raises(SnippetError, match="not a file of the repository"):
+        check_block(Block("x.md", 1, "python", "excerpt", {"excerpt": "jobs/no_such.py"}, quoted))
 
 
 def test_a_quoted_message_must_be_one_the_code_writes_whole() -> None:
