@@ -173,6 +173,24 @@ def metrics_cost(r: Results) -> Goal:
     return Goal(d, met, figure, code, 0.05, code / 0.05)
 
 
+def fallback_cost(r: Results) -> Goal:
+    """Issue 20: a plain call of a job that ends inside the inline window costs what the synchronous path did.
+
+    Met when the interleaved on/off p50 ratio is within 1 ± 0.10 (the control row says how far two identical
+    servers differ in the same slices): both sides queue the job, wait for its end on the same event channel
+    and read it; the window adds only bookkeeping."""
+    d = "plain-host fallback: synchronous tools/call p50 unchanged (on / off within 1 ± 0.10)"
+    f = r.fallback
+    if f is None:
+        return _not_measured(d)
+    x, c = f.sync, f.sync_control
+    figure = (
+        f"{x.big_p50_ms:.3f} vs {x.small_p50_ms:.3f} ms = {x.ratio:.3f}× (95% CI {x.ci_low:.3f}–{x.ci_high:.3f}×), "
+        f"{f.rounds} rounds × {f.slice_s:g} s; control / on {c.ratio:.3f}×"
+    )
+    return Goal(d, abs(x.ratio - 1) <= 0.10, figure, x.ratio, 1.10, x.ratio / 1.10)
+
+
 GOALS: tuple[Callable[[Results], Goal], ...] = (
     call_latency,
     get_latency,
@@ -185,6 +203,7 @@ GOALS: tuple[Callable[[Results], Goal], ...] = (
     cancel_waiting,
     cancel_running,
     metrics_cost,
+    fallback_cost,
 )
 
 

@@ -155,6 +155,16 @@ class MetricsCostFigures:
 
 
 @dataclass
+class FallbackCostFigures:
+    """Synchronous tools/call with the plain-host fallback on and off, interleaved c=1 slices ("big" is on)."""
+
+    sync: ABFigures
+    sync_control: ABFigures  # a second fallback-on server / the first: two identical servers
+    rounds: int
+    slice_s: float
+
+
+@dataclass
 class ScalingFigures:
     """tasks/get before, during and after a fill to `RunConfig.fill_to` stored tasks (ours only)."""
 
@@ -246,6 +256,7 @@ class Results:
     fastmcp: TaskServerFigures = field(default_factory=TaskServerFigures)
     cancel: CancelFigures = field(default_factory=CancelFigures)
     metrics: MetricsCostFigures | None = None
+    fallback: FallbackCostFigures | None = None
     foreign_cpu: list[tuple[str, float]] = field(default_factory=list)  # (window, share), in run order
     notes: list[str] = field(default_factory=list)
 

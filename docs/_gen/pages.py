@@ -43,6 +43,7 @@ BENCH_PAGES = {
     "results-logsearch.md": "results-logsearch.md",
     "results-logsearch-engines.md": "results-logsearch-engines.md",
     "results-workflow.md": "results-workflow.md",
+    "results-fallback.md": "results-fallback.md",
     "where-the-time-went.md": "where-the-time-went.md",
 }
 

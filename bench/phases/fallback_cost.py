@@ -1,0 +1,56 @@
+"""The cost of the plain-host fallback on the synchronous path: fallback on and off, interleaved.
+
+A request without the tasks extension that calls an optional tool waits up to the inline window for
+its job (`mcp_celery.server.plain`, issue 20): it follows progress and questions, which the plain
+synchronous path it replaced (`MCP_CELERY_TOOL_FALLBACK=false`) never did. For a job that ends inside
+the window the two should cost the same. Two `mcp-celery serve` processes over the bench Redis and one
+prefork worker, identical but for MCP_CELERY_TOOL_FALLBACK=false on one, are measured in alternating
+c=1 slices of synchronous `tools/call` of a trivial job (as the metrics phase does, so that drift of the
+machine hits both sides alike), with a third server (fallback on) as a control.
+"""
+
+from __future__ import annotations
+
+from bench.config import RunConfig, say
+from bench.phases.ab import ab_stats
+from bench.phases.metrics_cost import interleaved
+from bench.procs import start_ours_server, start_worker, wait_worker
+from bench.redis_tools import BenchRedis
+from bench.results import FallbackCostFigures, Results
+from bench.task_ops import sync_op
+from mcp_celery._processes import Process
+
+#: "control" is a second server with the fallback on: control / on is the resolution of on / off.
+SIDES = ("on", "off", "control")
+
+
+async def run_fallback(cfg: RunConfig, rds: BenchRedis, results: Results) -> None:
+    from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL, which the entry point sets
+
+    worker = start_worker(rds.url, "worker-fallback")
+    servers: dict[str, Process] = {}
+    try:
+        urls: dict[str, str] = {}
+        for side in SIDES:
+            env = {"MCP_CELERY_TOOL_FALLBACK": "false"} if side == "off" else {}
+            servers[side], urls[side] = start_ours_server(rds.url, f"fallback-{side}-server", env=env)
+        wait_worker(bench_jobs.app, worker)
+        calls = {side: sync_op(urls[side]) for side in SIDES}
+        rounds = cfg.ab_rounds
+        per_round = await interleaved(urls, calls, rounds, cfg.ab_slice_s)
+        figures = results.fallback = FallbackCostFigures(
+            sync=ab_stats(per_round["on"], per_round["off"]),
+            sync_control=ab_stats(per_round["control"], per_round["on"]),
+            rounds=rounds,
+            slice_s=cfg.ab_slice_s,
+        )
+        ab, aa = figures.sync, figures.sync_control
+        say(
+            f"  fallback sync tools/call: on p50 {ab.big_p50_ms:.3f} ms (n={ab.big_samples}), off "
+            f"{ab.small_p50_ms:.3f} ms (n={ab.small_samples}); on/off {ab.ratio:.3f} (95% CI {ab.ci_low:.3f}-"
+            f"{ab.ci_high:.3f}); control/on {aa.ratio:.3f} (95% CI {aa.ci_low:.3f}-{aa.ci_high:.3f})"
+        )
+    finally:
+        for server in servers.values():
+            server.stop()
+        worker.stop(timeout=15)
