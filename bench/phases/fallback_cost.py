@@ -13,44 +13,25 @@ from __future__ import annotations
 
 from bench.config import RunConfig, say
 from bench.phases.ab import ab_stats
-from bench.phases.metrics_cost import interleaved
-from bench.procs import start_ours_server, start_worker, wait_worker
+from bench.phases.metrics_cost import SIDES, interleaved, on_and_off_servers
 from bench.redis_tools import BenchRedis
 from bench.results import FallbackCostFigures, Results
 from bench.task_ops import sync_op
-from mcp_celery._processes import Process
-
-#: "control" is a second server with the fallback on: control / on is the resolution of on / off.
-SIDES = ("on", "off", "control")
 
 
 async def run_fallback(cfg: RunConfig, rds: BenchRedis, results: Results) -> None:
-    from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL, which the entry point sets
-
-    worker = start_worker(rds.url, "worker-fallback")
-    servers: dict[str, Process] = {}
-    try:
-        urls: dict[str, str] = {}
-        for side in SIDES:
-            env = {"MCP_CELERY_TOOL_FALLBACK": "false"} if side == "off" else {}
-            servers[side], urls[side] = start_ours_server(rds.url, f"fallback-{side}-server", env=env)
-        wait_worker(bench_jobs.app, worker)
+    with on_and_off_servers(rds, "fallback", {"MCP_CELERY_TOOL_FALLBACK": "false"}) as (_, urls):
         calls = {side: sync_op(urls[side]) for side in SIDES}
-        rounds = cfg.ab_rounds
-        per_round = await interleaved(urls, calls, rounds, cfg.ab_slice_s)
-        figures = results.fallback = FallbackCostFigures(
-            sync=ab_stats(per_round["on"], per_round["off"]),
-            sync_control=ab_stats(per_round["control"], per_round["on"]),
-            rounds=rounds,
-            slice_s=cfg.ab_slice_s,
-        )
-        ab, aa = figures.sync, figures.sync_control
-        say(
-            f"  fallback sync tools/call: on p50 {ab.big_p50_ms:.3f} ms (n={ab.big_samples}), off "
-            f"{ab.small_p50_ms:.3f} ms (n={ab.small_samples}); on/off {ab.ratio:.3f} (95% CI {ab.ci_low:.3f}-"
-            f"{ab.ci_high:.3f}); control/on {aa.ratio:.3f} (95% CI {aa.ci_low:.3f}-{aa.ci_high:.3f})"
-        )
-    finally:
-        for server in servers.values():
-            server.stop()
-        worker.stop(timeout=15)
+        per_round = await interleaved(urls, calls, cfg.ab_rounds, cfg.ab_slice_s)
+    figures = results.fallback = FallbackCostFigures(
+        sync=ab_stats(per_round["on"], per_round["off"]),
+        sync_control=ab_stats(per_round["control"], per_round["on"]),
+        rounds=cfg.ab_rounds,
+        slice_s=cfg.ab_slice_s,
+    )
+    ab, aa = figures.sync, figures.sync_control
+    say(
+        f"  fallback sync tools/call: on p50 {ab.big_p50_ms:.3f} ms (n={ab.big_samples}), off "
+        f"{ab.small_p50_ms:.3f} ms (n={ab.small_samples}); on/off {ab.ratio:.3f} (95% CI {ab.ci_low:.3f}-"
+        f"{ab.ci_high:.3f}); control/on {aa.ratio:.3f} (95% CI {aa.ci_low:.3f}-{aa.ci_high:.3f})"
+    )

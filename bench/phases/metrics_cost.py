@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -39,16 +41,7 @@ SKIP = 3  # the first requests of each slice: the side that was idle wakes up
 
 
 async def run_metrics(cfg: RunConfig, rds: BenchRedis, results: Results) -> None:
-    from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL, which the entry point sets
-
-    worker = start_worker(rds.url, "worker-metrics")
-    servers: dict[str, Process] = {}
-    try:
-        urls: dict[str, str] = {}
-        for side in SIDES:
-            env = {"MCP_CELERY_METRICS": "false"} if side == "off" else {}
-            servers[side], urls[side] = start_ours_server(rds.url, f"metrics-{side}-server", env=env)
-        wait_worker(bench_jobs.app, worker)
+    with on_and_off_servers(rds, "metrics", {"MCP_CELERY_METRICS": "false"}) as (worker, urls):
         finished = {side: await _finished_task(url) for side, url in urls.items()}
         gets = {side: get_op(urls[side], [finished[side]]) for side in SIDES}
         rounds = 2 * cfg.ab_rounds
@@ -78,6 +71,23 @@ async def run_metrics(cfg: RunConfig, rds: BenchRedis, results: Results) -> None
                 f"control/on {aa.ratio:.3f} (95% CI {aa.ci_low:.3f}-{aa.ci_high:.3f})"
             )
         say(f"  metrics code per request: tools/call {call_us:.2f} µs, tasks/get {get_us:.2f} µs")
+
+
+@contextmanager
+def on_and_off_servers(rds: BenchRedis, name: str, off_env: dict[str, str]) -> Iterator[tuple[Process, dict[str, str]]]:
+    """A prefork worker and one `mcp-celery serve` per side of `SIDES` over the bench Redis, `off_env` on the
+    "off" side only; yields the worker and each side's URL once the worker is ready, and stops them all."""
+    from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL, which the entry point sets
+
+    worker = start_worker(rds.url, f"worker-{name}")
+    servers: dict[str, Process] = {}
+    try:
+        urls: dict[str, str] = {}
+        for side in SIDES:
+            env = off_env if side == "off" else {}
+            servers[side], urls[side] = start_ours_server(rds.url, f"{name}-{side}-server", env=env)
+        wait_worker(bench_jobs.app, worker)
+        yield worker, urls
     finally:
         for server in servers.values():
             server.stop()
