@@ -155,12 +155,16 @@ class TaskEvents:
         """Subscribe, or failing that renew the connection (which subscribes every watched channel)."""
         async with self._lock:
             try:
-                await (self._pubsub.ssubscribe(*channels) if self._sharded else self._pubsub.subscribe(*channels))
+                await self._subscribe_current(channels)
                 return
             except (RedisError, OSError):
                 # Not the caller's failure: a watch goes on, and learns of every change once renewed.
                 logger.warning("could not subscribe to %d task channels; renewing", len(channels), exc_info=True)
         await self._renew()
+
+    async def _subscribe_current(self, channels: list[bytes]) -> None:
+        """SUBSCRIBE (SSUBSCRIBE on a cluster) on the current pub/sub; the caller holds the lock."""
+        await (self._pubsub.ssubscribe(*channels) if self._sharded else self._pubsub.subscribe(*channels))
 
     async def _next_message(self) -> dict[str, Any] | None:
         if self._sharded:
@@ -183,8 +187,7 @@ class TaskEvents:
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]
                 self._pubsub = self._client.pubsub()
                 if self._watchers:
-                    channels = list(self._watchers)
-                    await (self._pubsub.ssubscribe(*channels) if self._sharded else self._pubsub.subscribe(*channels))
+                    await self._subscribe_current(list(self._watchers))
             except (RedisError, OSError):
                 logger.warning("task event listener could not resubscribe", exc_info=True)
                 self._stale = True
