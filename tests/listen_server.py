@@ -3,6 +3,8 @@
 
 Its tasks finish after `FINISH_AFTER_S` and advertise a one-minute `pollIntervalMs`, so a client that sees
 the end well within a minute was woken by a push, not by a poll. `gets` counts `tasks/get` calls.
+Its task ids start with `-h`, as one in 64 of ids made by `secrets.token_urlsafe` (ours, FastMCP's) start
+with `-`: a client must take them as ids, never as options.
 
 In-process: `Client(ListenServer().server)`. Over Streamable HTTP, behind a static bearer token:
 `python tests/listen_server.py PORT TOKEN`; it prints a `REFUSED` line for every other token it is
@@ -64,7 +66,7 @@ class ListenServer:
         return types.ListToolsResult(tools=[types.Tool(name="later", input_schema={"type": "object"})])
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> Any:
-        task_id, now = uuid.uuid4().hex, datetime.now(UTC).isoformat()
+        task_id, now = f"-h{uuid.uuid4().hex}", datetime.now(UTC).isoformat()
         self.tasks[task_id] = {"taskId": task_id, "status": "working", "createdAt": now, "lastUpdatedAt": now,
                                "ttlMs": 600_000, "pollIntervalMs": 60_000}  # fmt: skip
         ctx.lifespan_context["group"].start_soon(self._finish, task_id)

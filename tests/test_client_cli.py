@@ -201,6 +201,26 @@ def test_call_sends_the_token_and_gets_pushed_updates(listen_url: str, cli_env: 
     assert call("later", {}, ["--url", listen_url, "--token", TOKEN], cli_env) == (EXIT_OK, "pushed\n")
 
 
+def test_tasks_commands_take_an_id_that_starts_with_a_dash(
+    listen_url: str,  # noqa: F811
+    cli_env: dict[str, str],
+    journal_path: Path,
+) -> None:
+    """The listen server's ids start with `-h`: argparse alone would read one as --help."""
+    env = {**cli_env, "MCP_CELERY_TOKEN": TOKEN}
+    assert call("later", {}, ["--url", listen_url], env) == (EXIT_OK, "pushed\n")
+    task_id = Journal(journal_path).entries()[0].task_id
+    assert task_id.startswith("-h")
+    for argv in (["tasks", "get", task_id, "--json"], ["tasks", "get", "--json", task_id],
+                 ["tasks", "get", "--json", "--", task_id]):  # fmt: skip
+        code, out = cli(env, *argv)
+        assert code == EXIT_OK and json.loads(out)["taskId"] == task_id, (argv, out, code.stderr)
+    code, out = cli(env, "tasks", "wait", task_id, "--no-sampling")
+    assert (code, out) == (EXIT_OK, "pushed\n"), code.stderr
+    code, out = cli(env, "tasks", "get", task_id[:6])  # a unique prefix, as for any id
+    assert code == EXIT_OK and out.startswith(f"{task_id}  completed"), code.stderr
+
+
 def test_a_missing_or_refused_token_is_said_so(listen_url: str, cli_env: dict[str, str]) -> None:  # noqa: F811
     env = {k: v for k, v in cli_env.items() if k != "MCP_CELERY_TOKEN"}
     code, out = cli(env, "call", "later", "--url", listen_url)

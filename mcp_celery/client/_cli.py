@@ -46,6 +46,10 @@ EXIT_STATUSES = {
 }
 
 
+#: The `tasks` actions that take a task id, and what each does.
+TASK_ACTIONS = {"get": "its status now", "wait": "wait for it as call does", "cancel": "cancel it"}
+
+
 def parser() -> argparse.ArgumentParser:
     """The parser of `mcp-celery call|tasks ...`: the words after a `--` are not parsed (the stdio command)."""
     root = argparse.ArgumentParser(prog="mcp-celery", description="A client for SEP-2663 task servers.")
@@ -67,12 +71,16 @@ def register(commands: Any) -> None:
     tasks = commands.add_parser("tasks", help="the tasks in the local journal")
     actions = tasks.add_subparsers(dest="action", required=True)
     _common(actions.add_parser("list", help="the newest tasks, newest first"))
-    for action, text in (("get", "its status now"), ("wait", "wait for it as call does"), ("cancel", "cancel it")):
+    for action, text in TASK_ACTIONS.items():
         parser = actions.add_parser(action, help=text)
         parser.add_argument("task_id", help="a task id from `tasks list` (a unique prefix is enough)")
-        _common(parser)
-        if action == "wait":
-            _sampling_options(parser)
+        _task_options(parser, action)
+
+
+def _task_options(parser: argparse.ArgumentParser, action: str) -> None:
+    _common(parser)
+    if action == "wait":
+        _sampling_options(parser)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -130,10 +138,10 @@ def _sampling(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     """Run `call ...` or `tasks ...` (argv without the program name); returns the exit status."""
     server_command: list[str] = []
-    if "--" in argv:
+    if argv[:1] == ["call"] and "--" in argv:
         at = argv.index("--")
         argv, server_command = argv[:at], argv[at + 1 :]
-    args = parser().parse_args(argv)
+    args = parser().parse_args(task_id_last(argv))
     args.server_command = server_command
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
     console = Console(stderr=True, soft_wrap=True)
@@ -148,6 +156,36 @@ def main(argv: list[str]) -> int:
         console.print(f"mcp-celery: {escape(_describe(exc))}")
         logging.getLogger(__name__).debug("the command failed", exc_info=True)
     return EXIT_USAGE
+
+
+def task_id_last(argv: list[str]) -> list[str]:
+    """ARGV, with the id of `tasks get|wait|cancel ID` moved behind a `--` when it starts with `-`.
+
+    Ids are opaque: ours and FastMCP's come from `secrets.token_urlsafe`, so one in 64 starts with `-`,
+    and argparse would read such an id as options (`-h...` as --help). The id is the first word that is
+    neither one of the action's options nor an option's value.
+    """
+    if len(argv) < 3 or argv[0] != "tasks" or argv[1] not in TASK_ACTIONS or "--" in argv:
+        return argv
+    takes_value = _option_arity(argv[1])
+    at = 2
+    while at < len(argv):
+        name, equals, _ = argv[at].partition("=")
+        if name in takes_value:
+            at += 2 if takes_value[name] and not equals else 1
+        elif argv[at].startswith("-"):
+            return [*argv[:at], *argv[at + 1 :], "--", argv[at]]
+        else:
+            return argv
+    return argv
+
+
+def _option_arity(action: str) -> dict[str, bool]:
+    """Each option string of `tasks ACTION`, and whether it takes a value."""
+    sub = argparse.ArgumentParser()
+    _task_options(sub, action)
+    # argparse keeps no public index of its options; this one has been stable since Python 2.7.
+    return {name: act.nargs != 0 for name, act in sub._option_string_actions.items()}
 
 
 class RefusedError(Exception):
