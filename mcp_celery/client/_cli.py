@@ -51,7 +51,7 @@ TASK_ACTIONS = {"get": "its status now", "wait": "wait for it as call does", "ca
 
 
 def parser() -> argparse.ArgumentParser:
-    """The parser of `mcp-celery call|tasks ...`: the words after a `--` are not parsed (the stdio command)."""
+    """The parser of `mcp-celery call|tasks ...`: the words after `call`'s `--` are not parsed (the stdio command)."""
     root = argparse.ArgumentParser(prog="mcp-celery", description="A client for SEP-2663 task servers.")
     root.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
     register(root.add_subparsers(dest="command", required=True))
