@@ -235,7 +235,7 @@ def parser_for(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, list[str]]
     if argv[:1] and argv[0] in CLIENT_COMMANDS:
         from mcp_celery.client import _cli as client_cli  # lazily: the client commands need no server code
 
-        return client_cli.parser(), list(argv[: argv.index("--")] if "--" in argv else argv)
+        return client_cli.parser(), client_cli.split_argv(argv)[0]
     return parser(), list(argv)
 
 

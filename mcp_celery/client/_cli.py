@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,7 +32,7 @@ from mcp_celery.client._sampling import DEFAULT_TIMEOUT_S, SAMPLING_WITH_TOOLS, 
 from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal, sample_at_terminal
 from mcp_celery.client._wire import DetailedTask
 
-__all__ = ["EXIT_STATUSES", "TOKEN_ENV", "main", "parser", "register"]
+__all__ = ["EXIT_STATUSES", "TOKEN_ENV", "main", "parser", "register", "split_argv"]
 
 TOKEN_ENV = "MCP_CELERY_TOKEN"
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_FAILED, EXIT_CANCELLED = 0, 1, 2, 3, 4
@@ -137,11 +137,8 @@ def _sampling(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """Run `call ...` or `tasks ...` (argv without the program name); returns the exit status."""
-    server_command: list[str] = []
-    if argv[:1] == ["call"] and "--" in argv:
-        at = argv.index("--")
-        argv, server_command = argv[:at], argv[at + 1 :]
-    args = parser().parse_args(task_id_last(argv))
+    words, server_command = split_argv(argv)
+    args = parser().parse_args(words)
     args.server_command = server_command
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
     console = Console(stderr=True, soft_wrap=True)
@@ -156,6 +153,15 @@ def main(argv: list[str]) -> int:
         console.print(f"mcp-celery: {escape(_describe(exc))}")
         logging.getLogger(__name__).debug("the command failed", exc_info=True)
     return EXIT_USAGE
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The words `parser()` reads, and the stdio server command after `call`'s `--` (else empty)."""
+    argv = list(argv)
+    if argv[:1] == ["call"] and "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return task_id_last(argv), []
 
 
 def task_id_last(argv: list[str]) -> list[str]:
