@@ -10,6 +10,7 @@ in the background, waited for until they answer, and stopped by pid when the pag
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mcp_celery._jsonrpc import RawStdioClient
 from mcp_celery._processes import Process
 from tests.snippets import Block, SnippetError, command_lines, option, split_commands
 from tests.support import ROOT, free_port, http_answers
@@ -26,6 +28,8 @@ __all__ = ["Scenario", "console_steps", "unmatched"]
 
 #: The port the docs use, replaced by a free one when a page runs.
 DOCS_PORT = "8000"
+#: Variables a page's scenario sets for every command, whatever a snippet says: its Redis and journal.
+SCENARIO_OWNED = ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "MCP_CELERY_REDIS_URL", "MCP_CELERY_CLIENT_JOURNAL")
 
 
 @dataclass
@@ -49,9 +53,11 @@ class Scenario:
         return re.sub(rf"(?<=[:= ]){DOCS_PORT}\b", str(self.port), text)
 
     def write(self, block: Block) -> None:
+        """Write a `file=` block; a later block naming the same file continues it, as a reader adds to it."""
         path = self.directory / block.options["file"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.local(block.text))
+        before = path.read_text() + "\n\n" if path.exists() else ""
+        path.write_text(before + self.local(block.text))
 
     def run_python(self, block: Block) -> None:
         done = subprocess.run([sys.executable, "-"], input=self.local(block.text), cwd=self.directory, env=self.env,
@@ -69,6 +75,30 @@ class Scenario:
             missing = unmatched(expected, output.splitlines())
             if missing is not None:
                 raise SnippetError(f"{block.where}: `{command}` did not print {missing!r}; it printed:\n{output}")
+
+    def run_host_config(self, block: Block) -> None:
+        """Start each stdio server of an `mcpServers` config as a host would, and list its tools.
+
+        The config's own Redis URLs are the reader's; the scenario's take their place, and its
+        PYTHONPATH comes first.
+        """
+        for name, server in json.loads(block.text).get("mcpServers", {}).items():
+            if "command" not in server:
+                continue
+            env = {**self.env, **server.get("env", {})}
+            env.update({key: self.env[key] for key in SCENARIO_OWNED if key in self.env})
+            env["PYTHONPATH"] = os.pathsep.join([self.env["PYTHONPATH"], server.get("env", {}).get("PYTHONPATH", "")])
+            argv = self._command([server["command"], *server.get("args", [])])
+            log = self.directory / f"host-{name}.log"
+            client = RawStdioClient(argv, env, log, cwd=self.directory)
+            try:
+                tools = host_session_tools(client)
+            except AssertionError as exc:  # the server exited before it answered: its log says why
+                raise SnippetError(f"{block.where}: mcpServers.{name}: {exc}\n{log.read_text()}") from exc
+            finally:
+                client.close()
+            if not tools:
+                raise SnippetError(f"{block.where}: mcpServers.{name} listed no tools\n{log.read_text()}")
 
     def run_line(self, block: Block, line: str) -> str:
         """Run one command line (a service in the background); returns what it printed."""
@@ -123,6 +153,15 @@ class Scenario:
     def stop(self) -> None:
         for proc in reversed(self.services):
             proc.stop()
+
+
+def host_session_tools(client: RawStdioClient) -> list[str]:
+    """The tool names a host without the tasks extension sees: `initialize`, then `tools/list`."""
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "docs-host", "version": "1"}}
+    client.request("initialize", hello, modern=False)
+    client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    listed = client.request("tools/list", {}, modern=False)
+    return [tool["name"] for tool in listed.get("result", {}).get("tools", [])]
 
 
 def console_steps(text: str) -> Iterator[tuple[str, list[str]]]:

@@ -3,7 +3,8 @@
 A fenced block's info string says how it is checked; a Python, shell, console or JSON block without
 one of these fails the suite, so no snippet goes unchecked:
 
-    python file=NAME   written into its page's scenario directory as NAME (and compiled)
+    python file=NAME   written into its page's scenario directory as NAME (and compiled); a later
+                       block with the same NAME on that page continues the file
     python run         run with `python -` in its page's scenario; it must exit 0
     python check       compiled; every `mcp_celery` module and name it imports or uses must exist
     python excerpt=PATH  a quote of the repository file PATH (which its own tests run): each of its
@@ -17,6 +18,9 @@ one of these fails the suite, so no snippet goes unchecked:
                        what they printed (`...` in a line matches anything)
     console check      the `$ ` lines checked as in `sh check`; the output shown is not checked
     json check         parsed; each `mcpServers` entry's command line checked as in `sh check`
+    json run           also each stdio `mcpServers` entry started in its page's scenario as a host
+                       starts it (its Redis URLs the scenario's), `initialize` and `tools/list`
+                       answered with tools
 
 Over the whole text of every page: each MCP_CELERY_* or JOBS_* variable it names must be a `Settings`
 field or be read somewhere in the code, each `mcp-celery ...` in backticks must parse, each

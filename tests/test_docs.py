@@ -77,6 +77,8 @@ def test_the_snippets_of_the_page_run_as_written(page: str, env: dict[str, str],
                 scenario.run_python(block)
             elif block.language == "console":
                 scenario.run_console(block)
+            elif block.language == "json":
+                scenario.run_host_config(block)
             else:
                 scenario.run_shell(block)
     finally:
