@@ -6,16 +6,30 @@ environment at import time.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from mcp_celery.errors import ConfigurationError
 
 __all__ = ["Settings"]
 
 
 class Settings(BaseSettings):
+    """mcp-celery's settings.
+
+    Raises:
+        ConfigurationError: a value cannot be read; the message names each variable and what it must be.
+    """
+
     model_config = SettingsConfigDict(env_prefix="MCP_CELERY_", extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:  # one line per setting, not pydantic's dump with its links
+            raise ConfigurationError(invalid_settings(exc)) from None
 
     redis_url: str | None = Field(
         default=None,
@@ -175,3 +189,12 @@ class Settings(BaseSettings):
     max_live_tasks_per_principal: int | None = Field(
         default=None, gt=0, description="Most unfinished tasks one principal may have (unset: no limit)."
     )
+
+
+def invalid_settings(error: ValidationError) -> str:
+    """What is wrong with each setting `error` rejects, by its environment variable."""
+    problems = []
+    for item in error.errors(include_url=False):
+        name = "MCP_CELERY_" + "_".join(str(part) for part in item["loc"]).upper()
+        problems.append(f"{name}={item['input']!r}: {item['msg']}")
+    return "; ".join(problems)
