@@ -135,7 +135,9 @@ class Scenario:
 
     @staticmethod
     def _service(argv: list[str]) -> bool:
-        return (argv[0] == "celery" and "worker" in argv) or (argv[:2] == ["mcp-celery", "serve"] and "--http" in argv)
+        if argv[0] == "celery":
+            return "worker" in argv
+        return argv[0] == "mcp-celery" and {"serve", "--http"} <= set(argv)
 
     def _start(self, block: Block, command: list[str], env: Mapping[str, str], argv: list[str]) -> None:
         log = self.directory / f"service-{len(self.services)}.log"
