@@ -163,7 +163,11 @@ class Settings(BaseSettings):
     jwt_jwks: str | None = Field(
         default=None, description="JWKS of the token issuer (an https:// URL or a local file); enables JWT tokens."
     )
-    jwt_issuer: str | None = Field(default=None, description="Required `iss` of JWT bearer tokens.")
+    jwt_issuer: str | None = Field(
+        default=None,
+        description="Required `iss` of JWT bearer tokens. Required with MCP_CELERY_JWT_JWKS: without it serve "
+        "refuses to start.",
+    )
     jwt_audience: str | None = Field(
         default=None, description="Required `aud` of JWT bearer tokens. Default: the public URL of the server."
     )

@@ -53,7 +53,10 @@ def new_token(principal: str, path: Path) -> str:
     try:
         if path.exists():
             parse_token_file(path.read_text())  # refuse to append to a file the server could not read
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except FileExistsError:  # its strerror, "File exists", would not say which or why
+            raise ConfigurationError(f"cannot write the token file {path}: {path.parent} is a file") from None
         token = secrets.token_urlsafe(32)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as out:

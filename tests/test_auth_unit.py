@@ -7,6 +7,8 @@ answered by an in-process httpx transport that counts fetches (no network).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from mcp_celery.errors import ConfigurationError
 from mcp_celery.redact import redact
 from mcp_celery.server import auth, limits
 from mcp_celery.settings import Settings
+from tests.support import ROOT
 
 ISSUER, AUDIENCE = "https://idp.test", "https://jobs.test/mcp"
 
@@ -58,6 +61,26 @@ def test_the_static_verifier_sees_tokens_added_after_it_started(tmp_path: Path) 
     verifier = auth.StaticTokenVerifier(path)
     late = tokens.new_token("carol", path)
     assert run(verifier.verify_token, late).client_id == "carol"
+
+
+def token_new(path: Path, principal: str) -> subprocess.CompletedProcess[str]:
+    """`mcp-celery token new --file PATH PRINCIPAL`, as an operator runs it."""
+    argv = [sys.executable, "-m", "mcp_celery", "token", "new", "--file", str(path), principal]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_token_new_creates_the_missing_folders_of_its_file_or_says_in_one_line_why_it_cannot(tmp_path: Path) -> None:
+    path = tmp_path / "etc" / "mcp-celery" / "tokens"  # as /etc/mcp-celery/tokens on a fresh machine
+    done = token_new(path, "alice")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert path.parent.stat().st_mode & 0o777 == 0o700 and path.stat().st_mode & 0o777 == 0o600
+    assert run(auth.StaticTokenVerifier(path).verify_token, done.stdout.strip()).client_id == "alice"
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    for inside, why in ((blocked / "tokens", f"{blocked} is a file"), (blocked / "x" / "tokens", "Not a directory")):
+        refused = token_new(inside, "bob")  # a folder of the path is a file: nothing can create it
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert refused.stderr == f"mcp-celery: cannot write the token file {inside}: {why}\n"
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,11 @@ def test_the_demo_starts_an_embedded_redis_and_walks_through_every_feature() -> 
     plain = ("as a plain result: job done after 1 s", "nothing was cancelled", "result: job done after 5 s")
     for line in (*expected, *plain):
         assert line in out.stdout, out.stdout
+    # Step 1 is pushed, not polled: each of its changes came as a notifications/tasks, the last one the end.
+    step_one = out.stdout.split("\n1. ", 1)[1].split("\n2. ", 1)[0].splitlines()[1:]
+    changes = [line for line in step_one if not line.lstrip().startswith(("tools/call ->", "result:")) and line]
+    assert changes and all(line.endswith("(notifications/tasks)") for line in changes), step_one
+    assert changes[-1].split() == ["completed", "(notifications/tasks)"], step_one
 
 
 def venv_seeing_this_interpreters_packages(venv: Path) -> Path:

@@ -6,9 +6,10 @@ gives before any handler of ours runs, and passes everything else through untouc
 * 413 `Request body too large` names MCP_CELERY_MAX_REQUEST_BYTES and its value;
 * 421 `Invalid Host header` names the Host received and MCP_CELERY_ALLOWED_HOSTS;
 * 403 `Invalid Origin header` names the Origin received and MCP_CELERY_ALLOWED_HOSTS;
-* the initialize-era transport's answer to JSON that is not a JSON-RPC message (`[1, 2]`,
-  `{"foo": 1}`, `"str"`): HTTP 400 with -32602 and pydantic's whole validation dump, links
-  included, becomes -32600 `Invalid Request`, as the 2026-07-28 path and stdio answer it.
+* the answer to JSON that is not a JSON-RPC message (`[1, 2]`, `{"foo": 1}`, `"str"`) becomes
+  HTTP 400 with -32600 `Invalid Request`, as stdio answers it: the initialize-era transport gives
+  -32602 and pydantic's whole validation dump, links included; the 2026-07-28 one gives -32600
+  with a message of its own.
 
 Each rewrite matches the SDK's exact status and body, so an SDK that words them differently is
 passed through as it is (and the tests that pin these answers fail). Only responses with one of
@@ -32,6 +33,8 @@ __all__ = ["INVALID_REQUEST_MESSAGE", "SDK_REFUSALS", "RewordedRefusals"]
 
 #: The message of -32600 for a body that is JSON but not a JSON-RPC message, as over stdio.
 INVALID_REQUEST_MESSAGE = "Invalid Request"
+#: The 2026-07-28 transport's message for a body that is JSON but not one JSON-RPC message.
+SDK_NOT_ONE_MESSAGE = "Body must be a single JSON-RPC request or notification object"
 #: The plain-text refusals of the SDK that are reworded, by HTTP status.
 SDK_REFUSALS = {403: b"Invalid Origin header", 413: b"Request body too large", 421: b"Invalid Host header"}
 #: The longest Host or Origin value quoted back in a refusal.
@@ -131,18 +134,19 @@ def _quoted(value: str | None) -> str:
 
 
 def _not_json_rpc(body: bytes, _: Headers) -> bytes | None:
-    """-32600 for the legacy transport's envelope-validation answer (-32602, id null, a pydantic dump)."""
+    """-32600 `Invalid Request` for either transport's answer to JSON that is not one JSON-RPC message:
+    the legacy one's envelope-validation error (-32602, id null, a pydantic dump), the 2026-07-28
+    one's -32600 with its own wording."""
     try:
         reply: Any = json.loads(body)
     except ValueError:
         return None
     error = reply.get("error") if isinstance(reply, dict) else None
-    if not (
-        isinstance(error, dict)
-        and reply.get("id") is None
-        and error.get("code") == INVALID_PARAMS
-        and str(error.get("message", "")).startswith("Validation error:")
-    ):
+    if not (isinstance(error, dict) and reply.get("id") is None):
+        return None
+    code, message = error.get("code"), str(error.get("message", ""))
+    legacy = code == INVALID_PARAMS and message.startswith("Validation error:")
+    if not (legacy or (code == INVALID_REQUEST and message == SDK_NOT_ONE_MESSAGE)):
         return None
     invalid = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": INVALID_REQUEST_MESSAGE}}
     return json.dumps(invalid, separators=(",", ":")).encode()
