@@ -27,7 +27,8 @@ field or be read somewhere in the code, each `mcp-celery ...` in backticks must 
 repository path in backticks must exist, and each message it quotes ("the worker ...", five words
 or more) must be a whole string the code writes.
 
-How a page's `file=` and `run` blocks run: `tests/snippet_scenario.py`.
+How a page's `file=` and `run` blocks run: `tests/snippet_scenario.py`; what the code is known to hold (its
+settings, the variables it reads, the strings it writes, modules, extras, paths): `tests/snippet_code.py`.
 """
 
 from __future__ import annotations
@@ -39,19 +40,15 @@ import importlib
 import importlib.util
 import io
 import json
-import os
 import re
 import shlex
-import subprocess
 import tokenize
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from mcp_celery import cli
-from mcp_celery.settings import Settings
+from tests.snippet_code import extras, message_in_code, module_exists, path_exists, repo_path, variable_known
 from tests.support import ROOT
 
 __all__ = [
@@ -62,7 +59,6 @@ __all__ = [
     "check_prose",
     "command_lines",
     "known_files",
-    "message_in_code",
     "option",
     "pages",
     "quoted_messages",
@@ -76,15 +72,9 @@ PAGE_GLOBS = ("README.md", "docs/**/*.md", "bench/*.md")
 #: Pages a benchmark run writes (bench/report.py and friends): measurements as they were taken, whose
 #: prose is not checked here (their code blocks would be).
 GENERATED_REPORTS = ("bench/results",)
-#: Files whose text is not evidence that the code reads a variable (the docs, and these checks).
-NOT_CODE = ("docs/", "tests/snippets.py", "tests/test_docs.py", "README.md", "bench/results")
-TOP_LEVEL_FILES = {"docker-compose.yml", "Dockerfile", "pyproject.toml", "mkdocs.yml", "README.md"}
-REPO_DIRS = ("mcp_celery/", "jobs/", "tests/", "bench/", "docs/", ".ci/")
 #: Commands a `sh check` block may use beyond those checked one by one; their path arguments are checked.
 PLAIN_COMMANDS = {"kill", "echo", "curl", "cd", "ls", "redis-server", "redis-cli", "rabbitmq-server", "ruff", "mypy",
                   "npm", "bash", "mkdocs", "export", "git", "cat", "ollama"}  # fmt: skip
-#: Modules `python -m` may name besides the repository's own.
-THIRD_PARTY_MODULES = {"pytest", "venv", "pip", "celery", "mkdocs"}
 VARIABLE = re.compile(r"\b(?:MCP_CELERY|JOBS)_[A-Z0-9_]*[A-Z0-9]\b(?![*_])")
 INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
@@ -153,70 +143,6 @@ def _info(info: str) -> tuple[str, str | None, dict[str, str]]:
     return language, mode, options
 
 
-# ---------------------------------------------------------------- what the code knows
-
-
-@cache
-def settings_variables() -> frozenset[str]:
-    return frozenset(f"MCP_CELERY_{name.upper()}" for name in Settings.model_fields)
-
-
-#: Folders that are not the repository's own code: caches, virtualenvs, installed packages, a built site.
-SKIPPED_FOLDERS = {"node_modules", "site", "__pycache__"}
-
-
-@cache
-def code_files() -> tuple[Path, ...]:
-    """The repository's code and configuration files, the docs and these checks excluded."""
-    found = []
-    for folder, subfolders, files in os.walk(ROOT):
-        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") or d == ".ci")
-        subfolders[:] = [d for d in subfolders if d not in SKIPPED_FOLDERS]
-        for name in sorted(files):
-            path = Path(folder) / name
-            if str(path.relative_to(ROOT)).startswith(NOT_CODE):
-                continue
-            if path.suffix in {".py", ".sh", ".toml", ".yml", ".yaml"} or name in {"Dockerfile", "run"}:
-                found.append(path)
-    return tuple(found)
-
-
-@cache
-def code_text() -> str:
-    """The text of the repository's code and configuration, the docs excluded."""
-    return "\n".join(path.read_text(errors="replace") for path in code_files())
-
-
-def variable_known(name: str) -> bool:
-    return name in settings_variables() or re.search(rf"\b{re.escape(name)}\b", code_text()) is not None
-
-
-@cache
-def extras() -> frozenset[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return frozenset(project["optional-dependencies"])
-
-
-def repo_path(text: str) -> bool:
-    """Whether `text` reads as a path inside the repository (then it must exist)."""
-    return (text.startswith(REPO_DIRS) or text in TOP_LEVEL_FILES) and re.fullmatch(r"[\w./-]+", text) is not None
-
-
-def module_exists(name: str, page_files: frozenset[str] = frozenset()) -> bool:
-    """Whether `name` is importable here, a file of the page, or a placeholder in capitals (`MODULE`)."""
-    top = name.split(".")[0]
-    if top.isupper():
-        return True
-    if f"{top}.py" in page_files or any(f.startswith(f"{top}/") for f in page_files):
-        return True
-    if top in THIRD_PARTY_MODULES:
-        return True
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 # ---------------------------------------------------------------- checks
 
 
@@ -238,7 +164,7 @@ def check_prose(page: str) -> list[str]:
         span = span.strip()
         if span.startswith("mcp-celery ") and not _names_a_command(span):
             problems += [f"{page}: `{span}`: {p}" for p in _command_problems(span, files)]
-        elif repo_path(span) and not _exists(span):
+        elif repo_path(span) and not path_exists(span):
             problems.append(f"{page}: `{span}` does not exist in the repository")
     return problems
 
@@ -248,32 +174,6 @@ def quoted_messages(text: str) -> list[str]:
     prose = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks have their own checks
     quotes = (" ".join(q.split()) for q in re.findall(r'"(the [^"`]+)"', prose))
     return [q for q in quotes if len(q.split()) >= 5]
-
-
-def message_in_code(quote: str) -> bool:
-    """Whether the code has a string that is `quote` whole: `...` in it stands for a value filled in, and
-    a number may be a `{field}` of the code's string."""
-
-    def word(text: str) -> str:
-        if text.isdigit():
-            return rf"(?:{text}|\{{[^}}]*\}})"
-        return re.escape(text).replace(re.escape("..."), ".+?")
-
-    pattern = re.compile(r"\s+".join(word(w) for w in quote.split()))
-    return any(pattern.fullmatch(" ".join(string.split())) for string in code_strings())
-
-
-@cache
-def code_strings() -> frozenset[str]:
-    """Every string the repository's Python code writes (an f-string with `{}` for each value)."""
-    found: set[str] = set()
-    for path in (p for p in code_files() if p.suffix == ".py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                found.add(node.value)
-            elif isinstance(node, ast.JoinedStr):
-                found.add("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values))
-    return frozenset(found)
 
 
 def _names_a_command(span: str) -> bool:
@@ -286,17 +186,6 @@ def _names_a_command(span: str) -> bool:
             return False
         parser = choices[0][word]
     return True
-
-
-def _exists(path: str) -> bool:
-    """In the repository, or a path it ignores on purpose (made by a run: `bench/.logs/`, a virtualenv)."""
-    if (ROOT / path).exists():
-        return True
-    candidates = [path, path.rstrip("/") + "/"]
-    return any(
-        subprocess.run(["git", "check-ignore", "-q", "--no-index", c], cwd=ROOT, check=False).returncode == 0
-        for c in candidates
-    )
 
 
 def check_block(block: Block, page_files: frozenset[str] = frozenset()) -> None:
@@ -437,7 +326,7 @@ def _python_command_problems(args: list[str], page_files: frozenset[str]) -> lis
 
 
 def _path_problems(args: list[str]) -> list[str]:
-    return [f"{arg} does not exist in the repository" for arg in args if repo_path(arg) and not _exists(arg)]
+    return [f"{arg} does not exist in the repository" for arg in args if repo_path(arg) and not path_exists(arg)]
 
 
 def _excerpt_problems(text: str, source: str) -> list[str]:

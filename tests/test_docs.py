@@ -15,6 +15,7 @@ import redis
 from celery import Celery
 
 from mcp_celery.worker.config import recommended_settings
+from tests.snippet_code import message_in_code
 from tests.snippet_scenario import Scenario
 from tests.snippets import (
     Block,
@@ -23,7 +24,6 @@ from tests.snippets import (
     check_block,
     check_prose,
     known_files,
-    message_in_code,
     pages,
     quoted_messages,
 )
