@@ -1,11 +1,15 @@
 """Running a page's `file=` and `run` blocks, as `tests/test_docs.py` does (the modes: `tests/snippets.py`).
 
-A page's scenario: its `file=` blocks are written to a fresh directory, then its `run` blocks run
-there in order, with CELERY_BROKER_URL and CELERY_RESULT_BACKEND on database 15 of the suite's
+A page's scenario: its `file=` blocks are written to a fresh directory (with the README's, such as
+`proj.py`, that the page does not write itself: other pages name them too), then its `run` blocks
+run there in order, with CELERY_BROKER_URL and CELERY_RESULT_BACKEND on database 15 of the suite's
 Redis (emptied first), the client journal in that directory, `mcp-celery` and `celery` run as
-`python -m mcp_celery` and `python -m celery` (this checkout's code), and port 8000 replaced by a
-free one. A `celery ... worker` line and a `mcp-celery serve ... --http` line are services: started
-in the background, waited for until they answer, and stopped by pid when the page's scenario ends.
+`python -m mcp_celery` and `python -m celery` (this checkout's code), port 8000 replaced by a free
+one, and a path under /etc/ taken under the directory (`/etc/mcp-celery/tokens` is
+`DIR/etc/mcp-celery/tokens`). A `celery ... worker` line and a `mcp-celery serve ... --http` line
+are services: started in the background, waited for until they answer, and stopped by pid when the
+page's scenario ends. Every other command must exit 0, but the last one of a block with `exit=N`
+must exit N.
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ from pathlib import Path
 
 from mcp_celery._jsonrpc import RawStdioClient
 from mcp_celery._processes import Process
-from tests.snippets import Block, SnippetError, command_lines, option, split_commands
+from tests.snippets import Block, SnippetError, blocks, command_lines, option, split_commands
 from tests.support import ROOT, free_port, http_answers
 
-__all__ = ["Scenario", "console_steps", "unmatched"]
+__all__ = ["Scenario", "console_steps", "exit_status", "unmatched"]
 
 #: The port the docs use, replaced by a free one when a page runs.
 DOCS_PORT = "8000"
+#: A path the docs use for configuration, taken under the scenario's directory when a page runs.
+SYSTEM_CONFIG = re.compile(r"(?<![\w./~-])/etc/")
 #: Variables a page's scenario sets for every command, whatever a snippet says: its Redis and journal.
 SCENARIO_OWNED = ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "MCP_CELERY_REDIS_URL", "MCP_CELERY_CLIENT_JOURNAL")
 
@@ -42,14 +48,20 @@ class Scenario:
     services: list[Process] = field(default_factory=list)
 
     @classmethod
-    def for_page(cls, directory: Path, base_env: Mapping[str, str], redis_url: str) -> Scenario:
+    def for_page(cls, page: str, directory: Path, base_env: Mapping[str, str], redis_url: str) -> Scenario:
         env = {**base_env, "CELERY_BROKER_URL": redis_url, "CELERY_RESULT_BACKEND": redis_url}
         env["MCP_CELERY_CLIENT_JOURNAL"] = str(directory / "journal.db")
         env["PYTHONPATH"] = os.pathsep.join([str(directory), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        return cls(directory, env)
+        scenario = cls(directory, env)
+        own = {block.options["file"] for block in blocks(page) if block.mode == "file"}
+        for block in blocks("README.md") if page != "README.md" else []:
+            if block.mode == "file" and block.options["file"] not in own:
+                scenario.write(block)
+        return scenario
 
     def local(self, text: str) -> str:
-        """The snippet as run here: port 8000 is this scenario's free port."""
+        """The snippet as run here: port 8000 is this scenario's free port, /etc/ a folder of its directory."""
+        text = SYSTEM_CONFIG.sub(f"{self.directory}/etc/", text)
         return re.sub(rf"(?<=[:= ]){DOCS_PORT}\b", str(self.port), text)
 
     def write(self, block: Block) -> None:
@@ -62,16 +74,19 @@ class Scenario:
     def run_python(self, block: Block) -> None:
         done = subprocess.run([sys.executable, "-"], input=self.local(block.text), cwd=self.directory, env=self.env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
-        if done.returncode != 0:
-            raise SnippetError(f"{block.where}: exit {done.returncode}\n{done.stdout}{done.stderr}{self.logs()}")
+        if done.returncode != exit_status(block):
+            raise SnippetError(f"{block.where}: exit {done.returncode}, not {exit_status(block)}\n"
+                               f"{done.stdout}{done.stderr}{self.logs()}")  # fmt: skip
 
     def run_shell(self, block: Block) -> None:
-        for line in command_lines(block.text):
-            self.run_line(block, line)
+        lines = command_lines(block.text)
+        for index, line in enumerate(lines):
+            self.run_line(block, line, exit_status(block) if index == len(lines) - 1 else 0)
 
     def run_console(self, block: Block) -> None:
-        for command, expected in console_steps(block.text):
-            output = self.run_line(block, command)
+        steps = list(console_steps(block.text))
+        for index, (command, expected) in enumerate(steps):
+            output = self.run_line(block, command, exit_status(block) if index == len(steps) - 1 else 0)
             missing = unmatched(expected, output.splitlines())
             if missing is not None:
                 raise SnippetError(f"{block.where}: `{command}` did not print {missing!r}; it printed:\n{output}")
@@ -100,10 +115,15 @@ class Scenario:
             if not tools:
                 raise SnippetError(f"{block.where}: mcpServers.{name} listed no tools\n{log.read_text()}")
 
-    def run_line(self, block: Block, line: str) -> str:
-        """Run one command line (a service in the background); returns what it printed."""
+    def run_line(self, block: Block, line: str, status: int = 0) -> str:
+        """Run one command line (a service in the background); returns what it printed.
+
+        Its last command must exit with `status`, the ones before it with 0.
+        """
         output = []
-        for argv in split_commands(self.local(line)):
+        commands = split_commands(self.local(line))
+        for index, argv in enumerate(commands):
+            expected = status if index == len(commands) - 1 else 0
             env = dict(self.env)
             while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", argv[0]):
                 name, _, value = argv.pop(0).partition("=")
@@ -113,13 +133,17 @@ class Scenario:
                 continue
             command = self._command(argv)
             if self._service(argv):
+                if expected != 0:
+                    raise SnippetError(f"{block.where}: `{line}` starts a service, which is not expected to exit")
                 self._start(block, command, env, argv)
                 continue
             # One stream, as a terminal shows it (the suite's environment has PYTHONUNBUFFERED=1).
             done = subprocess.run(command, cwd=self.directory, env=env, stdout=subprocess.PIPE, text=True,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
-            if done.returncode != 0:
-                raise SnippetError(f"{block.where}: `{line}` exited {done.returncode}\n{done.stdout}{self.logs()}")
+            if done.returncode != expected:
+                raise SnippetError(
+                    f"{block.where}: `{line}` exited {done.returncode}, not {expected}\n{done.stdout}{self.logs()}"
+                )
             output.append(done.stdout)
         return "".join(output)
 
@@ -155,6 +179,11 @@ class Scenario:
     def stop(self) -> None:
         for proc in reversed(self.services):
             proc.stop()
+
+
+def exit_status(block: Block) -> int:
+    """The status the last command of a `run` block must exit with: its `exit=N`, else 0."""
+    return int(block.options.get("exit", 0))
 
 
 def host_session_tools(client: RawStdioClient) -> list[str]:

@@ -22,6 +22,10 @@ one of these fails the suite, so no snippet goes unchecked:
                        starts it (its Redis URLs the scenario's), `initialize` and `tools/list`
                        answered with tools
 
+A `python run`, `sh run` or `console run` block may add `exit=N`: then its last command (the script,
+for Python) must exit with status N instead of 0, as a page shows a command that fails
+(`console run exit=2`: the command, and the one line it prints).
+
 Over the whole text of every page: each MCP_CELERY_* or JOBS_* variable it names must be a `Settings`
 field or be read somewhere in the code, each `mcp-celery ...` in backticks must parse, each
 repository path in backticks must exist, and each message it quotes ("the worker ...", five words
@@ -198,20 +202,31 @@ def check_block(block: Block, page_files: frozenset[str] = frozenset()) -> None:
         raise SnippetError(
             f"{block.where}: a {block.language} block must say how it is checked (run, check, file=, excerpt=)"
         )
-    problems: list[str]
+    problems = _option_problems(block)
     if block.mode == "excerpt":
-        problems = _excerpt_problems(block.text, block.options["excerpt"])
+        problems += _excerpt_problems(block.text, block.options["excerpt"])
     elif block.language in {"python", "py"}:
-        problems = _python_problems(block.text)
+        problems += _python_problems(block.text)
     elif block.language in {"sh", "bash", "shell"}:
-        problems = [p for line in command_lines(block.text) for p in _command_problems(line, page_files)]
+        problems += [p for line in command_lines(block.text) for p in _command_problems(line, page_files)]
     elif block.language == "console":
         commands = [line[2:] for line in block.text.splitlines() if line.startswith("$ ")]
-        problems = [p for line in commands for p in _command_problems(line, page_files)]
+        problems += [p for line in commands for p in _command_problems(line, page_files)]
     else:
-        problems = _json_problems(block.text, page_files)
+        problems += _json_problems(block.text, page_files)
     if problems:
         raise SnippetError(f"{block.where}:\n  " + "\n  ".join(problems))
+
+
+def _option_problems(block: Block) -> list[str]:
+    """`exit=N` is for a Python, shell or console block that runs, and N is a status."""
+    if "exit" not in block.options:
+        return []
+    if block.mode != "run" or block.language == "json":
+        return [f"exit={block.options['exit']}: only a python, sh or console block that runs has an exit status"]
+    if not block.options["exit"].isdigit() or int(block.options["exit"]) > 255:
+        return [f"exit={block.options['exit']}: not an exit status (0 to 255)"]
+    return []
 
 
 def command_lines(script: str) -> list[str]:

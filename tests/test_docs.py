@@ -65,7 +65,7 @@ def test_the_prose_names_only_real_variables_commands_and_paths_without_running_
 def test_the_snippets_of_the_page_run_as_written(page: str, env: dict[str, str], tmp_path: Path) -> None:
     url = session_redis(SCENARIO_DB)
     redis.Redis.from_url(url).flushdb()
-    scenario = Scenario.for_page(tmp_path, env, url)
+    scenario = Scenario.for_page(page, tmp_path, env, url)
     try:
         for block in blocks(page):
             if block.mode not in {"file", "run"} or not block.is_code:
@@ -104,6 +104,23 @@ def test_a_block_without_a_mode_fails_the_check() -> None:
     unknown = Block("x.md", 1, "sh", "check", {}, "MCP_CELERY_NO_SUCH_SETTING=1 mcp-celery demo\n")
     with pytest.raises(SnippetError, match="MCP_CELERY_NO_SUCH_SETTING"):
         check_block(unknown)
+
+
+def test_a_run_block_with_exit_n_must_end_in_a_command_that_exits_n(env: dict[str, str], tmp_path: Path) -> None:
+    scenario = Scenario(tmp_path, env)
+    fails = "python -c \"import sys; print('mcp-celery: no'); sys.exit(2)\"\n"
+    scenario.run_shell(Block("x.md", 1, "sh", "run", {"exit": "2"}, f"python -c pass\n{fails}"))
+    scenario.run_console(Block("x.md", 1, "console", "run", {"exit": "2"}, f"$ {fails}mcp-celery: no\n"))
+    with pytest.raises(SnippetError, match="exited 2, not 0"):
+        scenario.run_shell(Block("x.md", 1, "sh", "run", {}, fails))
+    with pytest.raises(SnippetError, match="exited 2, not 0"):  # only the last command may fail
+        scenario.run_shell(Block("x.md", 1, "sh", "run", {"exit": "2"}, f"{fails}python -c pass\n"))
+    with pytest.raises(SnippetError, match="exited 0, not 2"):
+        scenario.run_shell(Block("x.md", 1, "sh", "run", {"exit": "2"}, "python -c pass\n"))
+    with pytest.raises(SnippetError, match="only a python, sh or console block that runs"):
+        check_block(Block("x.md", 1, "console", "check", {"exit": "2"}, f"$ {fails}"))
+    with pytest.raises(SnippetError, match="not an exit status"):
+        check_block(Block("x.md", 1, "sh", "run", {"exit": "two"}, fails))
 
 
 def test_an_excerpt_must_quote_its_file_in_order() -> None:
