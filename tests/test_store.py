@@ -21,7 +21,7 @@ from mcp_celery.store.connect import async_client, redis_target
 from mcp_celery.store.replication import NotOnPrimary
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, Durability, Keys, Lifetimes, TaskRecord
 from mcp_celery.store.sync import AnswerWait, SyncStore
-from mcp_celery.worker.heartbeat import TakenBeat
+from mcp_celery.worker.heartbeat import ANNOUNCE_AFTER_S, Heartbeat, TakenBeat
 from tests.redis_topologies import start_plain
 
 
@@ -65,6 +65,39 @@ def test_a_job_that_starts_soon_keeps_its_records_lifetime_and_one_that_waited_l
     longer = stored(store, "longer", now_ms())  # a tool whose own time limit exceeds the longest job
     assert store.job_started("longer", 30_000, store.lifetimes.live_for(10 * 86400)) is not None
     assert client.ttl(longer) > store.lifetimes.live_s
+
+
+def test_listeners_hear_of_a_jobs_start_a_moment_later_and_not_at_all_when_it_ended_by_then(
+    store_redis: redis.Redis,
+) -> None:
+    """JOB_START does not publish: the job's heartbeat thread tells the task's channel `started`
+    ANNOUNCE_AFTER_S later if the job still runs; a job that ended sooner is heard of by its outcome."""
+    client = redis.Redis(connection_pool=store_redis.connection_pool)
+    store = SyncStore(client, Keys(f"store-test-{uuid.uuid4()}"), Lifetimes(60, 60))
+    beat = Heartbeat(store, timeout_s=60)  # its own beats are 20 s apart: only the announcement wakes it
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(store.keys.events("long"), store.keys.events("short"), store.keys.events("parent"))
+    try:
+        assert pubsub.get_message(timeout=0.1) is None
+        started = time.monotonic()
+        beat.add("long", "t", now_ms(), "long")
+        beat.add("short", "t", now_ms(), "short")
+        beat.add("member", "t", now_ms(), "parent")  # a workflow member: its task's listeners hear of it
+        beat.discard("short")  # ended within the moment
+        heard = []
+        while len(heard) < 2 and time.monotonic() - started < 10:
+            message = pubsub.get_message(timeout=1.0)
+            if message is not None:
+                heard.append((message["channel"].decode(), message["data"]))
+        assert time.monotonic() - started >= ANNOUNCE_AFTER_S
+        assert sorted(heard) == sorted(
+            [(store.keys.events("long"), b"started"), (store.keys.events("parent"), b"started")]
+        )
+        assert pubsub.get_message(timeout=ANNOUNCE_AFTER_S * 2) is None  # once each, and never for "short"
+    finally:
+        for task_id in ("long", "member"):
+            beat.discard(task_id)
+        pubsub.close()
 
 
 def test_a_taken_mark_that_fails_is_tried_again_until_it_is_written(

@@ -107,7 +107,7 @@ end
 return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
 """
 
-# KEYS[1] task hash, KEYS[2] the task's event channel. ARGV[1] record lifetime (s), ARGV[2]
+# KEYS[1] task hash. ARGV[1] record lifetime (s), ARGV[2]
 # alive-until (ms), ARGV[3] now (ms), ARGV[4] the STARTED progress (JSON), ARGV[5] '1' if the job
 # may run again after an earlier delivery started it (at-least-once), ARGV[6] how long (ms) the task
 # may have waited since its creation before its record needs a new lifetime (the one set at
@@ -121,7 +121,8 @@ return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
 # (frozen: cancelled before its start, or reported lost while its message was in a dead worker's
 # hands), which must not run either. A `taken` mark is left as it is: once the heartbeat is set
 # every reader ignores it. A plain Celery call of the same task has no record and writes nothing.
-# One read, then the writes.
+# One read, then the writes. Listeners are not told here: the job's heartbeat thread tells them a
+# moment later if the job still runs then (`mcp_celery.worker.heartbeat`); a shorter job's outcome does.
 # The caller scores the task in `live` by the heartbeat's deadline just before.
 JOB_START = f"""
 local names = {{unpack(ARGV, 7)}}
@@ -140,7 +141,6 @@ else
   redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[2], '{FIELD.PROGRESS}', ARGV[4], '{FIELD.UPDATED}', ARGV[3])
 end
 if seen['{FIELD.LOST}'] then redis.call('HDEL', KEYS[1], '{FIELD.LOST}') end
-if not seen['{FIELD.OUTCOME}'] then redis.call('PUBLISH', KEYS[2], 'started') end
 return values
 """
 

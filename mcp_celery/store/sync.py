@@ -97,7 +97,6 @@ class SyncStore(DoorbellWaits, MemberRecords):
         *,
         may_run_again: bool = False,
         retry_s: float = OUTCOME_RETRY_S,
-        channel: str | None = None,
     ) -> TaskRecord | None:
         """The record a starting job needs, or None when the job was not started through MCP.
 
@@ -106,10 +105,10 @@ class SyncStore(DoorbellWaits, MemberRecords):
         expires), beats once (alive for `alive_for_ms` from now) and shows the job running. A record
         whose heartbeat is set comes from an earlier delivery that started; unless `may_run_again`,
         nothing is written then. Tried again for up to `retry_s` while Redis is unreachable (restarting):
-        the job cannot run without its record, and its message is acked already. `channel`: the task
-        whose listeners hear of it (a workflow member's: its MCP task's), default this one's.
+        the job cannot run without its record, and its message is acked already. Its listeners hear
+        of the start from `announce_started`, a moment later.
         """
-        keys = [self.keys.task(task_id), self.keys.events(channel or task_id)]
+        keys = [self.keys.task(task_id)]
         lifetime = self.lifetimes.live_s if live_s is None else live_s
         # The lifetime the record got at creation (the TTL plus the longest job) still outlives this job
         # if the job waited less than that minus the job's own limit (a minute's margin): then its
@@ -133,6 +132,15 @@ class SyncStore(DoorbellWaits, MemberRecords):
         values = while_unreachable(task_id, "as the job starts", start, retry_s)
         fields = {name: as_text(v) for name, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
         return TaskRecord.from_job_fields(task_id, fields) if FIELD.TOOL in fields else None
+
+    def announce_started(self, channels: list[str]) -> None:
+        """Tell these tasks' listeners (by their event channel's task id) that a job started; one round trip."""
+
+        def build(pipe: Any) -> None:
+            for channel in channels:
+                queue_publish(pipe, self._publish, self.keys.events(channel), "started")
+
+        self._pipelined(build)
 
     def count_run(self, task_id: str) -> int:
         """Count one more start of a job that runs again when its worker is lost; returns the count."""

@@ -25,7 +25,6 @@ from redis.exceptions import RedisError
 
 from mcp_celery import logs, tracing
 from mcp_celery.binding import queues_readable
-from mcp_celery.canvas import PARENT_HEADER
 from mcp_celery.errors import ProtocolError, TaskCancelled
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.status import ended_entry
@@ -81,7 +80,9 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
         heartbeat=heartbeat,
     )
     heartbeat.node = heartbeat.node or str(celery_task.request.hostname or "")
-    heartbeat.add(record.task_id, record.tool, started_ms)
+    # Its listeners hear of the start from the heartbeat, unless an earlier delivery's outcome stands.
+    announce = (record.parent or record.task_id) if record.outcome is None else None
+    heartbeat.add(record.task_id, record.tool, started_ms, announce)
     stopped = True
     try:
         with tracing.job_span(celery_task.request, record.tool, record.task_id):
@@ -167,8 +168,7 @@ def _start(celery_task: Task[Any, Any], store: SyncStore, heartbeat: Heartbeat) 
     again = _may_run_again(celery_task)
     life_s = _record_life_s(celery_task, store.lifetimes)
     task_id = str(celery_task.request.id)
-    parent = getattr(celery_task.request, PARENT_HEADER, None)  # a workflow member: its events are its task's
-    record = store.job_started(task_id, heartbeat.period_ms, life_s, may_run_again=again, channel=parent)
+    record = store.job_started(task_id, heartbeat.period_ms, life_s, may_run_again=again)
     if record is not None and record.final is not None:
         # The task ended while its message was in flight (cancelled before its start, or reported lost
         # with a dead worker that had taken it): what clients were told stands, so the job does not run.

@@ -15,6 +15,11 @@ task `taken` just before that ack (with a Redis broker, a moment after it unless
 and beats the mark until the job starts (its heartbeat counts then) or ends; a worker that dies in
 between leaves the mark to run out, and servers end the task `failed` (`mcp_celery.status`).
 
+The job's start reaches its task's listeners from here too, a moment late (`ANNOUNCE_AFTER_S`):
+JOB_START has shown the job running in its record already (`tasks/get` reads it at once), and a job
+that ends within the moment is heard of by its outcome alone, one PUBLISH fewer, and one wake-up
+fewer for every server waiting on the task (a synchronous `tools/call` reads the task at each).
+
 With each beat, a job heartbeat also says what its process runs (`WorkerPresence`: each job's task,
 tool, start, and since when it waits for input), in the same round trip, idle or not, for the
 deployment's figures (`mcp_celery.store.deployment`, `mcp-celery top`): nothing per job.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -43,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 #: How long a `taken` mark may wait for the job to start first (at most a sixth of the heartbeat timeout).
 MARK_AFTER_S = 1.0
+#: How long a job runs before its task's listeners hear that it started (`Heartbeat.add`).
+ANNOUNCE_AFTER_S = 0.25
 
 
 class Heartbeat:
@@ -62,8 +70,11 @@ class Heartbeat:
         self.node = ""
         self._jobs: set[str] = set()
         self._shown: dict[str, WorkerJob] = {}
+        self._announce: dict[str, tuple[str, float]] = {}  # task id -> (its event channel, when: monotonic)
         self._jobs_lock = threading.Lock()
-        self._wake = threading.Event()
+        self._next_beat = time.monotonic() + self.timeout_s / 3
+        self._wake_at = self._next_beat  # when the thread wakes next, unless nudged
+        self._nudge = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._thread.start()
 
@@ -86,10 +97,22 @@ class Heartbeat:
     def deadline_ms(self) -> int:
         return now_ms() + self.period_ms
 
-    def add(self, task_id: str, tool: str = "", started_ms: int = 0) -> None:
+    def add(self, task_id: str, tool: str = "", started_ms: int = 0, announce: str | None = None) -> None:
+        """Beat for the job from now on; `announce`: the channel that hears of its start `ANNOUNCE_AFTER_S` later."""
         with self._jobs_lock:
             self._jobs.add(task_id)
             self._shown[task_id] = WorkerJob(task_id, tool, started_ms)
+            if announce is not None:
+                self._announce[task_id] = (announce, time.monotonic() + ANNOUNCE_AFTER_S)
+        if announce is not None:
+            self._soon(time.monotonic() + ANNOUNCE_AFTER_S)
+
+    def _soon(self, at: float) -> None:
+        """Wake the thread by `at` (it sleeps until its next beat, or the next due work it knew of)."""
+        with self._jobs_lock:
+            nudge = at < self._wake_at
+        if nudge:
+            self._nudge.set()
 
     def waiting(self, task_id: str, since_ms: int | None) -> None:
         """The job waits for input since `since_ms` (None: no more); the next beat says so."""
@@ -102,15 +125,40 @@ class Heartbeat:
         with self._jobs_lock:
             self._jobs.discard(task_id)
             self._shown.pop(task_id, None)
+            self._announce.pop(task_id, None)  # ended within the moment: its outcome tells its listeners
 
     def _run(self) -> None:
-        while not self._wake.wait(self._tick_s()):
+        while True:
+            with self._jobs_lock:
+                self._wake_at = min(self._next_beat, self._next_due())
+            self._nudge.wait(max(self._wake_at - time.monotonic(), 0.0))
+            self._nudge.clear()
             self._tick()
 
-    def _tick_s(self) -> float:
-        return self.timeout_s / 3
+    def _next_due(self) -> float:
+        """When the earliest work other than the beat is due (monotonic; inf: none). Under the lock."""
+        return min((at for _, at in self._announce.values()), default=math.inf)
 
     def _tick(self) -> None:
+        self._announce_due()
+        if time.monotonic() >= self._next_beat:
+            self._next_beat = time.monotonic() + self.timeout_s / 3
+            self._beat_all()
+
+    def _announce_due(self) -> None:
+        now = time.monotonic()
+        with self._jobs_lock:
+            due = [task_id for task_id, (_, at) in self._announce.items() if at <= now]
+            channels = [self._announce.pop(task_id)[0] for task_id in due]
+        if not channels:
+            return
+        try:
+            self.store.announce_started(channels)
+        except (RedisError, OSError):
+            # Best effort, as a progress is: the record shows the job running, and its next event wakes listeners.
+            logger.warning("could not tell the listeners of %d task(s) that their job started", len(channels))
+
+    def _beat_all(self) -> None:
         with self._jobs_lock:
             jobs = sorted(self._jobs)
         if not jobs and not self.presents:
@@ -151,14 +199,15 @@ class TakenBeat(Heartbeat):
     def __init__(self, store: SyncStore, timeout_s: float) -> None:
         self._due: dict[str, float] = {}  # task id -> when to mark it (monotonic), if it has not started
         self._failed: set[str] = set()  # due tasks whose mark failed once (said once, then retried quietly)
-        self._next_beat = time.monotonic() + timeout_s / 3
         self.mark_after_s = min(MARK_AFTER_S, timeout_s / 6)
         super().__init__(store, timeout_s)
 
     def mark_soon(self, task_id: str) -> None:
         """Mark the task `taken` in `mark_after_s` unless its request ends first (`discard`)."""
+        at = time.monotonic() + self.mark_after_s
         with self._jobs_lock:
-            self._due[task_id] = time.monotonic() + self.mark_after_s
+            self._due[task_id] = at
+        self._soon(at)
 
     def discard(self, task_id: str) -> None:
         with self._jobs_lock:
@@ -166,14 +215,12 @@ class TakenBeat(Heartbeat):
             self._failed.discard(task_id)
         super().discard(task_id)
 
-    def _tick_s(self) -> float:
-        return min(self.timeout_s / 3, self.mark_after_s / 2)
+    def _next_due(self) -> float:
+        return min(self._due.values(), default=math.inf)
 
     def _tick(self) -> None:
         self._mark_due()
-        if time.monotonic() >= self._next_beat:
-            self._next_beat = time.monotonic() + self.timeout_s / 3
-            super()._tick()
+        super()._tick()
 
     def _mark_due(self) -> None:
         now = time.monotonic()
@@ -187,7 +234,7 @@ class TakenBeat(Heartbeat):
                 # find it nowhere, and an unmarked task would be called lost with its worker alive.
                 with self._jobs_lock:
                     if self._due.pop(task_id, None) is not None:
-                        self._due[task_id] = time.monotonic() + self._tick_s()
+                        self._due[task_id] = time.monotonic() + self.mark_after_s / 2
                         first = task_id not in self._failed
                         self._failed.add(task_id)
                 if first:

@@ -16,7 +16,9 @@ dotted name that only a worker resolves).
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task
@@ -39,6 +41,15 @@ class _WatchesTheAck:
 
     task: Task[Any, Any]
     task_id: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The worker runs a subclass of each task's Request (Celery's `create_request_cls`) whose own
+        # on_success does not call super(): wrapped here, or a job that succeeds would never end its
+        # watch, and the deferred mark would cost a script call a moment after every such job.
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("on_success")
+        if own is not None:
+            cls.on_success = _stopping_first(own)  # type: ignore[method-assign]
 
     def on_accepted(self, pid: str, time_accepted: float) -> None:
         if not self.task.acks_late:  # late ack: the broker keeps the message until the job ends
@@ -70,6 +81,17 @@ def watched_request(request_class: type[Request] | str, tool_name: str) -> type[
     if issubclass(found, _WatchesTheAck):
         return found
     return type(f"Watched{found.__name__}", (_WatchesTheAck, found), {"__module__": found.__module__})
+
+
+def _stopping_first(on_success: Callable[..., None]) -> Callable[..., None]:
+    """`on_success` that ends the request's watch first (a request of a job that failed ends it in on_failure)."""
+
+    @functools.wraps(on_success)
+    def stopping_first(self: Any, failed__retval__runtime: tuple[Any, Any, Any], **kwargs: Any) -> None:
+        _stop_beating(self.task, self.task_id)
+        on_success(self, failed__retval__runtime, **kwargs)
+
+    return stopping_first
 
 
 def _taken_beat(task: Task[Any, Any]) -> TakenBeat:
