@@ -15,7 +15,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from mcp_celery.binding import AppBinding, max_job_s
+from mcp_celery.binding import AppBinding, max_job_s, queues_readable
 from mcp_celery.errors import McpCeleryError
 from mcp_celery.settings import Settings
 from mcp_celery.store.connect import sync_client
@@ -134,6 +134,12 @@ class WorkerBinding:
     @property
     def settings(self) -> Settings:
         return self.binding.settings
+
+    @cached_property
+    def queue_check_s(self) -> float | None:
+        """How long servers wait between looks for an unstarted job's message (None: they cannot look
+        into this broker's queues). Once per process, as the rest of the binding: every job asks."""
+        return self.settings.queue_check_s if queues_readable(self.binding.app) else None
 
     @cached_property
     def store(self) -> SyncStore:

@@ -24,7 +24,6 @@ from celery.exceptions import Ignore, Reject, Retry
 from redis.exceptions import RedisError
 
 from mcp_celery import logs, tracing
-from mcp_celery.binding import queues_readable
 from mcp_celery.errors import ProtocolError, TaskCancelled
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.status import ended_entry
@@ -70,7 +69,7 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     if record is None:
         with activate(JobContext(celery_task, store, None, input_timeout_s=settings.input_timeout_s)):
             return run(*args, **kwargs)
-    queue_check_s = settings.queue_check_s if queues_readable(celery_task.app) else None
+    queue_check_s = worker.queue_check_s
     ctx = JobContext(
         celery_task,
         store,
@@ -155,10 +154,9 @@ def _run_attached(
 def _after_member(celery_task: Task[Any, Any], store: SyncStore, parent_id: str) -> None:
     """Let the MCP task a member belongs to take its next step (a server reading it would, too)."""
     try:
-        settings = worker_binding(celery_task.app).settings
-        grace_ms = int(settings.cancel_grace_s * 1000)
-        check_after_s = settings.queue_check_s if queues_readable(celery_task.app) else None
-        after_member(celery_task.app, store, parent_id, grace_ms=grace_ms, check_after_s=check_after_s)
+        worker = worker_binding(celery_task.app)
+        grace_ms = int(worker.settings.cancel_grace_s * 1000)
+        after_member(celery_task.app, store, parent_id, grace_ms=grace_ms, check_after_s=worker.queue_check_s)
     except Exception:  # noqa: BLE001 - the member's own end is stored; the next reader of the task takes the step
         logger.warning("task %s: could not take its workflow's next step", parent_id, exc_info=True)
 

@@ -26,7 +26,6 @@ from celery.utils.imports import symbol_by_name
 from celery.worker.request import Request
 from redis.exceptions import RedisError
 
-from mcp_celery.binding import queues_readable
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.heartbeat import TakenBeat
@@ -101,7 +100,7 @@ def _taken_beat(task: Task[Any, Any]) -> TakenBeat:
 
 def _mark_taken(task: Task[Any, Any], task_id: str) -> None:
     beat = _taken_beat(task)
-    if queues_readable(task.app):
+    if worker_binding(task.app).queue_check_s is not None:
         beat.mark_soon(task_id)  # servers look for the message meanwhile: see TakenBeat
         return
     try:
