@@ -15,7 +15,10 @@ keeps a node whose last channel went: the listener then starts a fresh one (`_re
 
 Pub/sub rather than streams: a message only says "look again", and the state itself is read
 from the record (one round trip, exactly what `tasks/get` returns), so nothing needs replay: a
-watcher subscribes first and then reads, and misses nothing. Streams would add per-task
+watcher subscribes first and then reads, and misses nothing. "First" means Redis confirmed the
+subscription: a SUBSCRIBE sent but not yet processed loses a PUBLISH that another connection's
+command (the watcher's own read, a worker's write) gets processed before it, so `watch` waits
+for the confirmation, which the listener loop reads. Streams would add per-task
 history, memory and trimming that nobody reads. Pings are coalesced per watcher (a set of
 changed ids), so a slow consumer costs no memory however fast a job reports progress.
 """
@@ -38,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 #: How long one read of a cluster node's sharded channels waits before the next node's turn.
 SHARDED_READ_S = 0.05
+#: The longest a new watch waits for Redis to confirm its subscriptions (then it goes on unconfirmed,
+#: as on a connection being renewed, which marks every watcher changed once it is back).
+CONFIRM_S = 1.0
 
 
 class Watcher:
@@ -75,6 +81,8 @@ class TaskEvents:
         # started on a pub/sub that `_renew` closes meanwhile would hold a connection nobody reads.
         self._lock = anyio.Lock()
         self._stale = False  # the last renewal failed: the listener tries again
+        # Per channel, the watches waiting for Redis to confirm a SUBSCRIBE of it, in the order sent.
+        self._unconfirmed: dict[bytes, list[anyio.Event]] = {}
 
     @property
     def channels(self) -> int:
@@ -97,12 +105,17 @@ class TaskEvents:
                 self._watchers[channel] = {}
                 new.append(channel)
             self._watchers[channel][watcher] = task_id
+        pending = [(channel, self._expect_confirmation(channel)) for channel in new]
         try:
             if new:
                 await self._subscribe(new)
                 self._subscribed.set()
+                with anyio.move_on_after(CONFIRM_S):
+                    for _, confirmed in pending:
+                        await confirmed.wait()
             yield watcher
         finally:
+            self._forget_unconfirmed(pending)
             with anyio.CancelScope(shield=True):
                 await self._unwatch(watcher)
 
@@ -126,9 +139,39 @@ class TaskEvents:
                     raise
                 await self._renew()  # the cluster pub/sub's turn reached a node it had let go
                 continue
-            if message is not None and message.get("type") in ("message", "smessage"):
-                for watcher, task_id in list(self._watchers.get(bytes(message["channel"]), {}).items()):
-                    watcher.mark(task_id)
+            if message is not None:
+                self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        """A change wakes the watchers of its task; a subscription's confirmation, the watch awaiting it."""
+        kind = message.get("type")
+        if kind in ("message", "smessage"):
+            for watcher, task_id in list(self._watchers.get(bytes(message["channel"]), {}).items()):
+                watcher.mark(task_id)
+        elif kind in ("subscribe", "ssubscribe"):
+            self._confirm(bytes(message["channel"]))
+
+    def _expect_confirmation(self, channel: bytes) -> anyio.Event:
+        confirmed = anyio.Event()
+        self._unconfirmed.setdefault(channel, []).append(confirmed)
+        return confirmed
+
+    def _confirm(self, channel: bytes) -> None:
+        """Redis confirmed a SUBSCRIBE of `channel`: the watch waiting longest for one goes on."""
+        waiting = self._unconfirmed.get(channel)
+        if waiting:
+            waiting.pop(0).set()
+            if not waiting:
+                del self._unconfirmed[channel]
+
+    def _forget_unconfirmed(self, pending: list[tuple[bytes, anyio.Event]]) -> None:
+        """Drop this watch's confirmations still awaited, so that a later watch's are not taken for them."""
+        for channel, confirmed in pending:
+            waiting = self._unconfirmed.get(channel, [])
+            if confirmed in waiting:
+                waiting.remove(confirmed)
+                if not waiting:
+                    del self._unconfirmed[channel]
 
     async def aclose(self) -> None:
         await self._pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -174,11 +217,9 @@ class TaskEvents:
                 self._subscribed = anyio.Event()  # nothing to read until the next watch
                 await self._renew()  # a fresh cluster pub/sub, holding no connection, for the next watch
                 return None
-            message: dict[str, Any] | None = await self._pubsub.get_sharded_message(
-                ignore_subscribe_messages=True, timeout=SHARDED_READ_S
-            )
+            message: dict[str, Any] | None = await self._pubsub.get_sharded_message(timeout=SHARDED_READ_S)
             return message
-        return await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)  # type: ignore[no-any-return]
+        return await self._pubsub.get_message(timeout=1.0)  # type: ignore[no-any-return]
 
     async def _renew(self) -> None:
         """A new connection, every watched channel again, and a look at every watched task (pings were lost)."""
