@@ -216,7 +216,7 @@ class TakenBeat(Heartbeat):
         super().discard(task_id)
 
     def _next_due(self) -> float:
-        return min(self._due.values(), default=math.inf)
+        return min(super()._next_due(), min(self._due.values(), default=math.inf))
 
     def _tick(self) -> None:
         self._mark_due()
