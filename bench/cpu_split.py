@@ -7,7 +7,10 @@ for the worker) from /proc before and after:
 
 - push: 16 clients, `tools/call` then `subscriptions/listen` until the task ends (`bench.push`);
 - poll: 16 clients, `tools/call` then `tasks/get` every 10 ms;
-- raw: plain Celery, publish N then `.get()` each (the bench process is the client).
+- raw: plain Celery, publish N then `.get()` each (the bench process is the client);
+- create: 16 clients, `tools/call` only, with the worker running the jobs (the issue 26 creation
+  window); its CPU is counted until Redis is idle again, its rate is the creation rate;
+- floor: 16 clients, `tools/call` on the empty SDK server (`bench/floor_server.py`), no job.
 
 Prints CPU ms per task for the server, the worker, Redis and the load client, and the rate.
 CPU per task is steadier than rates on a machine shared with other work.
@@ -20,10 +23,11 @@ import asyncio
 import os
 import time
 
-from bench import load
-from bench.procs import start_ours_server, start_worker, wait_worker
+from bench import load, rpc
+from bench.procs import PY, start_http_server, start_ours_server, start_worker, wait_worker
 from bench.push import CONCURRENCY, poll_op, push_op
-from bench.redis_tools import BenchRedis
+from bench.redis_tools import BenchRedis, idle_rates, wait_quiet
+from mcp_celery._processes import free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -53,11 +57,14 @@ def self_cpu_s() -> float:
 
 
 def split(pids: dict[str, int], run: object, tasks: int) -> dict[str, float]:
-    """Run `run()` and return CPU ms per task of each process in `pids` (and 'client': this one), and the rate."""
+    """Run `run()` and return CPU ms per task of each process in `pids` (and 'client': this one), and the rate.
+
+    The rate is over `run()`'s own time, or over the seconds it returns (work it waits for after the timed part).
+    """
     before = {name: tree_cpu_s(pid) for name, pid in pids.items()}
     client0, t0 = self_cpu_s(), time.perf_counter()
-    run()  # type: ignore[operator]
-    elapsed = time.perf_counter() - t0
+    timed = run()  # type: ignore[operator]
+    elapsed = timed if isinstance(timed, float) else time.perf_counter() - t0
     out = {name: (tree_cpu_s(pid) - before[name]) * 1000 / tasks for name, pid in pids.items()}
     out["client"] = (self_cpu_s() - client0) * 1000 / tasks
     out["rate"] = tasks / elapsed
@@ -89,18 +96,38 @@ def main() -> None:
             for result in results:
                 result.get(timeout=120)
 
+        def create_then_drain() -> float:
+            t0 = time.perf_counter()
+            create = lambda c, i: rpc.call_tool(c, url, "noop", {"x": i})  # noqa: E731
+            asyncio.run(load.run_load(create, CONCURRENCY, count=a.tasks, warmup=0, deadline=600))
+            elapsed = time.perf_counter() - t0
+            wait_quiet(rds.client(), idle_cps, 120)  # the worker's jobs, counted in its CPU
+            return elapsed
+
+        port = free_port()
+        floor_url = f"http://127.0.0.1:{port}/mcp"
+        floor = start_http_server("floor-split", [PY, "-m", "bench.floor_server", str(port)], floor_url)
         raw()  # warm-up: the first publishes connect
+        idle_cps, _ = idle_rates(rds.client(), 2.0)
         rows = {
             "push": split(pids, closed_loop(push_op(url)), a.tasks),
             "poll": split(pids, closed_loop(poll_op(url)), a.tasks),
             "raw": split(pids, raw, a.tasks),
+            "create": split(pids, create_then_drain, a.tasks),
+            "floor": split(
+                {"server": floor.pid},
+                closed_loop(lambda c, i: rpc.call_tool(c, floor_url, "noop", {"x": i})),
+                a.tasks,
+            ),
         }
+        floor.stop()
         names = ["server", "worker", "redis", "client"]
         print("| way | " + " | ".join(f"{n} CPU ms/task" for n in names) + " | all | tasks/s |")
         print("|---|" + "---|" * (len(names) + 2))
         for way, row in rows.items():
-            cells = [f"{row[n]:.2f}" for n in names]
-            print(f"| {way} | " + " | ".join(cells) + f" | {sum(row[n] for n in names):.2f} | {row['rate']:.0f} |")
+            cells = [f"{row[n]:.2f}" if n in row else "" for n in names]
+            all_ms = sum(row.get(n, 0.0) for n in names)
+            print(f"| {way} | " + " | ".join(cells) + f" | {all_ms:.2f} | {row['rate']:.0f} |")
     finally:
         if server is not None:
             server.stop()
