@@ -60,33 +60,30 @@ def in_window(log: list[tuple[float, str, str, str]], t0: float, t1: float) -> l
 
 
 def ours_events(lines: list[tuple[float, str, str, str]], t0: float, t1: float) -> dict[str, float] | None:
-    """Offsets (ms from the request's start) of the events of our call, or None if one is missing."""
+    """Offsets (ms from the request's start) of the events of our call that Redis logged; None without its task.
+
+    `lines` runs on past the answer (`t1`) up to the next call: Celery's own SUCCESS write may come after it.
+    An event that did not happen is left out, not the call (a job that ends before its start was announced
+    runs one script, not two): each event's median is over the calls that had it.
+    """
     ids = [m[1] for e in lines if (m := TASK_KEY.search(e[3]))]
     if not ids:
         return None
     tid = ids[0]
     own = [e for e in lines if tid in e[3]]
-    first_script = next((e for e in own if e[2] == "EVALSHA"), None)
     scripts = [e for e in own if e[2] == "EVALSHA"]
-    meta = [e for e in own if e[2] in ("SET", "SETEX") and f"celery-task-meta-{tid}" in e[3]]
-    reads = [e for e in own if e[2] == "HGETALL"]
-    if first_script is None or not meta or not reads or len(scripts) < 2:
-        return None
-    subscribe = next((e for e in own if e[2] == "SUBSCRIBE"), None)
-    creation = next((e for e in own if e[2] == "HSET"), None)
-    unsubscribe = next((e for e in own if e[2] == "UNSUBSCRIBE"), None)
-    if subscribe is None or creation is None or unsubscribe is None:
-        return None
-    return {
-        "watch subscribed (SUBSCRIBE)": subscribe[0] - t0,
-        "creation written (pipeline)": creation[0] - t0,
-        "job's start script": first_script[0] - t0,
-        "Celery's SUCCESS write": meta[-1][0] - t0,
-        "the end script (PUBLISH)": scripts[-1][0] - t0,
-        "server reads the task": reads[-1][0] - t0,
-        "watch ended (UNSUBSCRIBE)": unsubscribe[0] - t0,
-        "answer at the client": t1 - t0,
+    firsts = {
+        "watch subscribed (SUBSCRIBE)": next((e for e in own if e[2] == "SUBSCRIBE"), None),
+        "creation written (pipeline)": next((e for e in own if e[2] == "HSET"), None),
+        "job's start script": scripts[0] if len(scripts) > 1 else None,
+        "the end script (PUBLISH)": scripts[-1] if scripts else None,
+        "server reads the task": next((e for e in reversed(own) if e[2] == "HGETALL"), None),
+        "Celery's SUCCESS write": next((e for e in reversed(own) if e[2] in ("SET", "SETEX")), None),
+        "watch ended (UNSUBSCRIBE)": next((e for e in own if e[2] == "UNSUBSCRIBE"), None),
     }
+    events = {name: e[0] - t0 for name, e in firsts.items() if e is not None}
+    events["answer at the client"] = t1 - t0
+    return events
 
 
 def raw_events(lines: list[tuple[float, str, str, str]], t0: float, t1: float, tid: str) -> dict[str, float] | None:
@@ -103,22 +100,23 @@ def raw_events(lines: list[tuple[float, str, str, str]], t0: float, t1: float, t
     }
 
 
-def medians(rows: list[dict[str, float]]) -> list[tuple[str, float]]:
-    """Each event's median offset, in the order they happen (Celery's SUCCESS write comes after our end script)."""
-    keys = list(rows[0])
-    return sorted(((k, 1000 * statistics.median(r[k] for r in rows)) for k in keys), key=lambda kv: kv[1])
+def medians(rows: list[dict[str, float]]) -> list[tuple[str, float, int]]:
+    """Each event's median offset and how many calls had it, in the order they happen."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    found = [(k, [r[k] for r in rows if k in r]) for k in keys]
+    return sorted(((k, 1000 * statistics.median(xs), len(xs)) for k, xs in found), key=lambda e: e[1])
 
 
 def table(title: str, rows: list[dict[str, float]]) -> str:
     out = [
         f"{title} ({len(rows)} calls): median ms from the start of the call",
         "",
-        "| event | at | stage |",
-        "|---|---|---|",
+        "| event | at | stage | calls that had it |",
+        "|---|---|---|---|",
     ]
     before = 0.0
-    for name, at in medians(rows):
-        out.append(f"| {name} | {at:.2f} | +{at - before:.2f} |")
+    for name, at, n in medians(rows):
+        out.append(f"| {name} | {at:.2f} | +{at - before:.2f} | {n} |")
         before = at
     return "\n".join(out)
 
@@ -158,7 +156,7 @@ def main() -> None:
                 t0 = time.time()
                 plain_call(http, url)
                 ours.append((t0, time.time()))
-                t0 = time.time()
+                t0 = time.time()  # also where our call's window ends: its worker may still write
                 res = bench_jobs.raw_noop.delay(1)
                 res.get(timeout=30)
                 raw.append((t0, time.time(), res.id))
@@ -169,7 +167,9 @@ def main() -> None:
             monitor.terminate()
             monitor.wait(10)
         log = read_monitor(monitor_log)
-        ours_rows = [r for t0, t1 in ours if (r := ours_events(in_window(log, t0, t1), t0, t1))]
+        ends = [t0 for t0, _, _ in raw]  # each round's raw call starts after our call's answer
+        windows = [(in_window(log, t0, end), t0, t1) for (t0, t1), end in zip(ours, ends, strict=True)]
+        ours_rows = [r for lines, t0, t1 in windows if (r := ours_events(lines, t0, t1))]
         raw_rows = [r for t0, t1, tid in raw if (r := raw_events(in_window(log, t0, t1), t0, t1, tid))]
         print(table("ours: a plain tools/call of noop, answered with its result", ours_rows))
         print()
@@ -177,10 +177,10 @@ def main() -> None:
         print()
         print(f"floor: the empty SDK server's tools/call, median {1000 * statistics.median(floor):.2f} ms")
         unmatched = len(ours) - len(ours_rows), len(raw) - len(raw_rows)
-        print(f"calls whose events were not all found (ours, raw): {unmatched}")
+        print(f"calls left out (ours: no task in the log; raw Celery: an event missing): {unmatched}")
         per_cmd: dict[str, int] = defaultdict(int)
-        for t0, t1 in ours[:1]:
-            for e in in_window(log, t0, t1):
+        for (t0, _), end in zip(ours[:1], ends[:1], strict=True):
+            for e in in_window(log, t0, end):
                 per_cmd[f"{e[1]} {e[2]}"] += 1
         print("one call of ours, commands by client:", dict(per_cmd))
     finally:
