@@ -68,3 +68,40 @@ def test_watches_that_come_and_go_hear_their_changes_and_never_cost_the_connecti
     caplog.set_level(logging.WARNING, logger="mcp_celery.server.events")
     anyio.run(_churn, async_client(target), target.sharded, watchers)
     assert [record.getMessage() for record in caplog.records] == [], "no lost connection, no failed subscription"
+
+
+async def _watch_again(client: AsyncRedis, rounds: int) -> None:
+    keys = Keys(prefix=f"events-{uuid.uuid4().hex[:8]}")
+    events = TaskEvents(client, keys.events)
+    channel = keys.events("again")
+
+    async def subscribers() -> int:
+        return int(dict(await client.pubsub_numsub(channel))[channel.encode()])
+
+    async with anyio.create_task_group() as listener:
+        listener.start_soon(events.run)
+        for _ in range(rounds):
+            async with events.watch(["again"]):
+                pass  # its UNSUBSCRIBE is left to the leaving loop, which may not have sent it yet
+            async with events.watch(["again"], confirmed=False) as watched:
+                await watched.subscribed()
+                await client.publish(channel, "changed")
+                with anyio.fail_after(10):
+                    assert "again" in await watched.changed(), "a watch that began as the last one ended heard"
+        with anyio.fail_after(10):
+            while await subscribers():
+                await anyio.sleep(0.01)
+        assert events.channels == 0
+        listener.cancel_scope.cancel()
+    await events.aclose()
+    await client.aclose()
+
+
+def test_a_channel_watched_again_as_its_last_watch_ends_stays_subscribed_and_is_left_once_unwatched(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Watches end without waiting for their UNSUBSCRIBE (it is sent after their answer): one that
+    begins before it was sent keeps hearing its task, and once nobody watches, Redis holds no subscriber."""
+    caplog.set_level(logging.WARNING, logger="mcp_celery.server.events")
+    anyio.run(_watch_again, async_client(redis_target(session_redis(13))), ROUNDS)
+    assert [record.getMessage() for record in caplog.records] == [], "no lost connection, no failed subscription"

@@ -18,7 +18,11 @@ from the record (one round trip, exactly what `tasks/get` returns), so nothing n
 watcher subscribes first and then reads, and misses nothing. "First" means Redis confirmed the
 subscription: a SUBSCRIBE sent but not yet processed loses a PUBLISH that another connection's
 command (the watcher's own read, a worker's write) gets processed before it, so `watch` waits
-for the confirmation, which the listener loop reads. Streams would add per-task
+for the confirmation, which the listener loop reads. A watch that has something of its own to do
+before the first write it waits on (building the job's message) takes its watcher unconfirmed and
+awaits `Watcher.subscribed` just before that write. A watch that ends leaves its channels to a
+second loop, which UNSUBSCRIBEs them after the watcher's answer has gone out, several at once under
+load; a channel watched again meanwhile stays. Streams would add per-task
 history, memory and trimming that nobody reads. Pings are coalesced per watcher (a set of
 changed ids), so a slow consumer costs no memory however fast a job reports progress.
 """
@@ -53,6 +57,14 @@ class Watcher:
         self.task_ids = frozenset(task_ids)
         self._dirty: set[str] = set()
         self._event = anyio.Event()
+        self._confirmations: list[anyio.Event] = []
+
+    async def subscribed(self) -> None:
+        """Return once Redis confirmed this watch's subscriptions (or after `CONFIRM_S`, as `watch` would)."""
+        with anyio.move_on_after(CONFIRM_S):
+            for confirmed in self._confirmations:
+                await confirmed.wait()
+        self._confirmations = []
 
     def mark(self, task_id: str) -> None:
         self._dirty.add(task_id)
@@ -83,6 +95,9 @@ class TaskEvents:
         self._stale = False  # the last renewal failed: the listener tries again
         # Per channel, the watches waiting for Redis to confirm a SUBSCRIBE of it, in the order sent.
         self._unconfirmed: dict[bytes, list[anyio.Event]] = {}
+        # Channels whose last watch ended, for `_leave` to UNSUBSCRIBE (unless watched again by then).
+        self._leaving: set[bytes] = set()
+        self._left = anyio.Event()
 
     @property
     def channels(self) -> int:
@@ -95,8 +110,12 @@ class TaskEvents:
         return len({watcher for watchers in self._watchers.values() for watcher in watchers})
 
     @asynccontextmanager
-    async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[Watcher]:
-        """Listen for changes of `task_ids` for the duration of the block."""
+    async def watch(self, task_ids: Iterable[str], *, confirmed: bool = True) -> AsyncIterator[Watcher]:
+        """Listen for changes of `task_ids` for the duration of the block.
+
+        With `confirmed` False the block starts as soon as the SUBSCRIBE is sent, and must await
+        `Watcher.subscribed` before the first write whose change it must not miss.
+        """
         watcher = Watcher(task_ids)
         new: list[bytes] = []
         for task_id in watcher.task_ids:
@@ -110,17 +129,21 @@ class TaskEvents:
             if new:
                 await self._subscribe(new)
                 self._subscribed.set()
-                with anyio.move_on_after(CONFIRM_S):
-                    for _, confirmed in pending:
-                        await confirmed.wait()
+                watcher._confirmations = [event for _, event in pending]
+                if confirmed:
+                    await watcher.subscribed()
             yield watcher
         finally:
             self._forget_unconfirmed(pending)
-            with anyio.CancelScope(shield=True):
-                await self._unwatch(watcher)
+            self._unwatch(watcher)
 
     async def run(self) -> None:
-        """The listener loop; runs in the server's lifespan task group until cancelled."""
+        """The listener loop and the loop that leaves channels; run in the server's lifespan until cancelled."""
+        async with anyio.create_task_group() as loops:
+            loops.start_soon(self._leave)
+            await self._listen()
+
+    async def _listen(self) -> None:
         while True:
             await self._subscribed.wait()
             if self._stale:
@@ -176,8 +199,8 @@ class TaskEvents:
     async def aclose(self) -> None:
         await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def _unwatch(self, watcher: Watcher) -> None:
-        gone: list[bytes] = []
+    def _unwatch(self, watcher: Watcher) -> None:
+        """Forget `watcher`; the channels nobody watches now are left to `_leave`."""
         for task_id in watcher.task_ids:
             channel = self._channel_of(task_id).encode()
             watchers = self._watchers.get(channel)
@@ -185,14 +208,25 @@ class TaskEvents:
                 watchers.pop(watcher, None)
                 if not watchers:
                     del self._watchers[channel]
-                    gone.append(channel)
-        if not gone:
-            return
-        async with self._lock:
-            try:
-                await (self._pubsub.sunsubscribe(*gone) if self._sharded else self._pubsub.unsubscribe(*gone))
-            except (RedisError, OSError):
-                logger.warning("could not unsubscribe from %d task channels", len(gone), exc_info=True)
+                    self._leaving.add(channel)
+                    self._left.set()
+
+    async def _leave(self) -> None:
+        """UNSUBSCRIBE the channels whose watches ended, off the watchers' path (their answers go first)."""
+        while True:
+            await self._left.wait()
+            self._left = anyio.Event()
+            async with self._lock:
+                # Under the lock, after any SUBSCRIBE sent before: a channel watched again stays.
+                gone = [channel for channel in self._leaving if channel not in self._watchers]
+                self._leaving.clear()
+                if not gone:
+                    continue
+                try:
+                    await (self._pubsub.sunsubscribe(*gone) if self._sharded else self._pubsub.unsubscribe(*gone))
+                except (RedisError, OSError):
+                    # The listener loop renews the connection, which subscribes the watched channels only.
+                    logger.warning("could not unsubscribe from %d task channels", len(gone), exc_info=True)
 
     async def _subscribe(self, channels: list[bytes]) -> None:
         """Subscribe, or failing that renew the connection (which subscribes every watched channel)."""
@@ -227,6 +261,7 @@ class TaskEvents:
             try:
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]
                 self._pubsub = self._client.pubsub()
+                self._leaving.clear()  # the new connection holds only the channels watched now
                 if self._watchers:
                     await self._subscribe_current(list(self._watchers))
             except (RedisError, OSError):
