@@ -83,8 +83,7 @@ async def _watch_again(client: AsyncRedis, rounds: int) -> None:
         for _ in range(rounds):
             async with events.watch(["again"]):
                 pass  # its UNSUBSCRIBE is left to the leaving loop, which may not have sent it yet
-            async with events.watch(["again"], confirmed=False) as watched:
-                await watched.subscribed()
+            async with events.watch(["again"]) as watched:
                 await client.publish(channel, "changed")
                 with anyio.fail_after(10):
                     assert "again" in await watched.changed(), "a watch that began as the last one ended heard"

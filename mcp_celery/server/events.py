@@ -18,9 +18,7 @@ from the record (one round trip, exactly what `tasks/get` returns), so nothing n
 watcher subscribes first and then reads, and misses nothing. "First" means Redis confirmed the
 subscription: a SUBSCRIBE sent but not yet processed loses a PUBLISH that another connection's
 command (the watcher's own read, a worker's write) gets processed before it, so `watch` waits
-for the confirmation, which the listener loop reads. A watch that has something of its own to do
-before the first write it waits on (building the job's message) takes its watcher unconfirmed and
-awaits `Watcher.subscribed` just before that write. A watch that ends leaves its channels to a
+for the confirmation, which the listener loop reads. A watch that ends leaves its channels to a
 second loop, which UNSUBSCRIBEs them after the watcher's answer has gone out, several at once under
 load; a channel watched again meanwhile stays. Streams would add per-task
 history, memory and trimming that nobody reads. Pings are coalesced per watcher (a set of
@@ -57,14 +55,6 @@ class Watcher:
         self.task_ids = frozenset(task_ids)
         self._dirty: set[str] = set()
         self._event = anyio.Event()
-        self._confirmations: list[anyio.Event] = []
-
-    async def subscribed(self) -> None:
-        """Return once Redis confirmed this watch's subscriptions (or after `CONFIRM_S`, as `watch` would)."""
-        with anyio.move_on_after(CONFIRM_S):
-            for confirmed in self._confirmations:
-                await confirmed.wait()
-        self._confirmations = []
 
     def mark(self, task_id: str) -> None:
         self._dirty.add(task_id)
@@ -110,12 +100,8 @@ class TaskEvents:
         return len({watcher for watchers in self._watchers.values() for watcher in watchers})
 
     @asynccontextmanager
-    async def watch(self, task_ids: Iterable[str], *, confirmed: bool = True) -> AsyncIterator[Watcher]:
-        """Listen for changes of `task_ids` for the duration of the block.
-
-        With `confirmed` False the block starts as soon as the SUBSCRIBE is sent, and must await
-        `Watcher.subscribed` before the first write whose change it must not miss.
-        """
+    async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[Watcher]:
+        """Listen for changes of `task_ids` for the duration of the block."""
         watcher = Watcher(task_ids)
         new: list[bytes] = []
         for task_id in watcher.task_ids:
@@ -129,9 +115,9 @@ class TaskEvents:
             if new:
                 await self._subscribe(new)
                 self._subscribed.set()
-                watcher._confirmations = [event for _, event in pending]
-                if confirmed:
-                    await watcher.subscribed()
+                with anyio.move_on_after(CONFIRM_S):
+                    for _, confirmed in pending:
+                        await confirmed.wait()
             yield watcher
         finally:
             self._forget_unconfirmed(pending)

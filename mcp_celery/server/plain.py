@@ -93,11 +93,10 @@ async def call(
         plain=inline,
     )
     # Watch before queueing: every state the job stores is published on the task's event channel.
-    # The job's message is built while Redis confirms the subscription (`create` awaits it before writing).
-    async with service.events.watch([record.task_id], confirmed=False) as watcher:
+    async with service.events.watch([record.task_id]) as watcher:
         if not inline:
             return await _call_sync(service, spec, record, arguments, watcher)
-        await service.create(spec, record, arguments, before_write=watcher.subscribed)
+        await service.create(spec, record, arguments)
         return await _follow(service, ctx, spec, (record, TaskView("working", record.created_ms, "queued")), watcher)
 
 
@@ -350,7 +349,7 @@ async def _call_sync(
     view = None
     queued = done = False
     try:
-        await service.create(spec, record, arguments, before_write=watcher.subscribed)
+        await service.create(spec, record, arguments)
         queued = True
         # Nothing to read yet: the task is as just written until its job reports, and every
         # report since the watch began wakes `changed` (so the first wait loses nothing).

@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -193,18 +193,10 @@ class TaskService:
             first_answers=first_answers or {},
         )
 
-    async def create(
-        self,
-        spec: ToolSpec,
-        record: TaskRecord,
-        arguments: dict[str, Any],
-        *,
-        before_write: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
+    async def create(self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]) -> None:
         """Write the record, then queue the job: both done before this returns, so the task is durable
         (a `tasks/get` succeeds) before its id is handed out; with MCP_CELERY_REDIS_MIN_REPLICAS, on
-        that many replicas too. `before_write` is awaited once the job's message is built, just
-        before the first write (a watch of the task awaiting its subscription meanwhile).
+        that many replicas too.
 
         Raises:
             MCPError: over the owner's live-task quota (nothing written), the job could not be queued, or
@@ -221,15 +213,11 @@ class TaskService:
             options["headers"] = trace_headers
         try:
             if not await publisher.native():
-                if before_write is not None:
-                    await before_write()
                 await self.store.create(record, index=indexed, check_at_ms=check_at_ms)
                 await publisher.publish_on_thread(spec.celery_task, **options)
             else:
                 # Built before anything is written: a message that cannot be built leaves nothing behind.
                 commands = publisher.build(spec.celery_task, **options)
-                if before_write is not None:
-                    await before_write()
                 # One round trip when the broker is the records' Redis database: record first, then message.
                 then = commands if publisher.shares_store else ()
                 await self.store.create(record, index=indexed, check_at_ms=check_at_ms, then=then)
