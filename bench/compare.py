@@ -23,8 +23,16 @@ from pathlib import Path
 
 from bench.load import LoadResult, Op, run_load
 from bench.phases.baselines import call_noop
-from bench.procs import LOGS, MY_SESSIONS, PY, ROOT, http_answers, start_http_server, start_worker, wait_worker
-from bench.redis_tools import BenchRedis
+from bench.procs import (
+    LOGS,
+    MY_SESSIONS,
+    PY,
+    ROOT,
+    http_answers,
+    start_http_server,
+    worker_on_private_redis,
+    write_report,
+)
 from bench.task_ops import create_op, e2e_op, sync_op
 from mcp_celery._processes import Process, free_port
 
@@ -118,33 +126,18 @@ def main() -> None:
     ap.add_argument("--ops", default="create1,create16,sync1,e2e16")
     a = ap.parse_args()
     ops = [o for o in a.ops.split(",") if o]
-    rds = BenchRedis()
-    rds.start()
-    os.environ["BENCH_REDIS_URL"] = rds.url
-    from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL
-
-    procs: list[Process] = []
-    try:
-        worker = start_worker(rds.url, "worker-compare")
-        procs.append(worker)
+    with worker_on_private_redis("compare") as (redis_url, procs):
         floor_port = free_port()
         floor_url = f"http://127.0.0.1:{floor_port}/mcp"
         floor = start_http_server("floor-compare", [PY, "-m", "bench.floor_server", str(floor_port)], floor_url)
         procs.append(floor)
-        base, base_url = start_server(a.base.resolve(), rds.url, "base-compare")
+        base, base_url = start_server(a.base.resolve(), redis_url, "base-compare")
         procs.append(base)
-        new, new_url = start_server(ROOT, rds.url, "new-compare")
+        new, new_url = start_server(ROOT, redis_url, "new-compare")
         procs.append(new)
-        wait_worker(bench_jobs.app, worker)
         targets = {"floor": (floor_url, floor.pid), "base": (base_url, base.pid), "new": (new_url, new.pid)}
         results = asyncio.run(measure(targets, ops, a.rounds, a.window))
-        text = report(results, ops)
-        (LOGS / "compare.md").write_text(text + "\n")
-        print(text)
-    finally:
-        for p in reversed(procs):
-            p.stop()
-        rds.stop()
+        write_report("compare", report(results, ops))
 
 
 if __name__ == "__main__":

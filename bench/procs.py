@@ -136,3 +136,35 @@ def wait_worker(app: Any, proc: Process, deadline_s: float = 30) -> None:
             return False
 
     proc.wait_ready(pong, deadline_s, "the Celery worker")
+
+
+@contextmanager
+def worker_on_private_redis(tag: str) -> Iterator[tuple[str, list[Process]]]:
+    """A private Redis (BENCH_REDIS_URL names it from here on) and a prefork worker on it, answering.
+
+    Yields the Redis URL and the list of processes started: add the servers the caller starts to
+    it, and every one is stopped at the end, the last started first, then the Redis.
+    """
+    from bench.redis_tools import BenchRedis  # imported here: redis_tools imports this module
+
+    rds = BenchRedis()
+    rds.start()
+    os.environ["BENCH_REDIS_URL"] = rds.url
+    procs: list[Process] = []
+    try:
+        from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL
+
+        worker = start_worker(rds.url, f"worker-{tag}")
+        procs.append(worker)
+        wait_worker(bench_jobs.app, worker)
+        yield rds.url, procs
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        rds.stop()
+
+
+def write_report(tag: str, text: str) -> None:
+    """Print a side tool's table and keep it as bench/.logs/TAG.md."""
+    (LOGS / f"{tag}.md").write_text(text + "\n")
+    print(text)

@@ -1,6 +1,6 @@
 """Profile the mcp-celery server under one kind of load with py-spy.
 
-python -m bench.profile {create,get,sync,e2e,listen} [--seconds S] [--concurrency C]
+python -m bench.profile {create,get,sync,e2e,listen,batch} [--seconds S] [--concurrency C]
 
 Starts a private Redis, a prefork worker and `mcp-celery serve`, runs the load while `py-spy record`
 samples the server process (and its threads), then prints the top functions by inclusive and by self time
@@ -64,6 +64,10 @@ async def drive(what: str, url: str, seconds: float, conc: int) -> load.LoadResu
         from bench.push import push_op  # create, then subscriptions/listen until the task ends
 
         op = push_op(url)
+    elif what == "batch":
+        from bench.push import batch_push_op  # create 16, then one subscriptions/listen over them all
+
+        op = batch_push_op(url)
     else:
         op = e2e_op(url)
     return await load.run_load(op, conc, duration=seconds, warmup=1.0, deadline=seconds + 120)
@@ -81,7 +85,7 @@ def start_py_spy(
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.profile")
-    ap.add_argument("what", choices=["create", "get", "sync", "e2e", "listen"])
+    ap.add_argument("what", choices=["create", "get", "sync", "e2e", "listen", "batch"])
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples/s")

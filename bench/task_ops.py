@@ -19,20 +19,20 @@ def task_id_of(handle: dict[str, object]) -> str:
     return str(handle["taskId"])
 
 
-def create_op(url: str) -> Op:
-    """tools/call `noop` that must come back as a task handle (the job then runs on the worker)."""
+def create_op(url: str, tool: str = "noop") -> Op:
+    """tools/call `tool` that must come back as a task handle (the job then runs on the worker)."""
 
     async def op(c: httpx.AsyncClient, i: int) -> None:
-        task_id_of(await rpc.call_tool(c, url, "noop", {"x": i}))
+        task_id_of(await rpc.call_tool(c, url, tool, {"x": i}))
 
     return op
 
 
-def sync_op(url: str) -> Op:
-    """tools/call `noop` without the tasks extension declared: a plain CallToolResult."""
+def sync_op(url: str, tool: str = "noop") -> Op:
+    """tools/call `tool` without the tasks extension declared: a plain CallToolResult."""
 
     async def op(c: httpx.AsyncClient, i: int) -> None:
-        res = await rpc.call_tool(c, url, "noop", {"x": i}, declare=False)
+        res = await rpc.call_tool(c, url, tool, {"x": i}, declare=False)
         if res.get("resultType") == "task" or "content" not in res:
             raise rpc.RpcError(f"not a CallToolResult: {res}")
 

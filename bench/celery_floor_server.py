@@ -1,0 +1,189 @@
+"""The floor of any MCP server in front of Celery: the empty SDK server of `bench.floor_server` whose
+tool is raw Celery's own client driving `bench_jobs.raw_noop`, with nothing of mcp-celery in it.
+
+- `tools/call` with it declared: the job's message sent, answered with a task handle.
+- `tools/call` without it: the message sent after a subscription to the result channel Celery's Redis
+  backend publishes on, answered with the result as a plain CallToolResult; the synchronous path, as
+  `delay().get()` runs it, without blocking the event loop.
+- `tasks/get`: one GET of Celery's own result key; `completed` once it reads SUCCESS.
+- `tasks/wait` (not MCP: the least a batched listen can cost): `{"taskIds": [...]}` answered once all
+  those jobs are ready, with their statuses; one answer where a listen stream sends one notice per task.
+
+The message is Celery's own (`apply_async` builds it) and goes out with asyncio redis-py, through
+mcp-celery's `Publisher`: the cheapest way we know to queue a Celery job from an async server, so the
+floor has it too. Nothing else of mcp-celery is here: no record, no owner, no TTL, no cancel, no view.
+What is left between this and mcp-celery over the same worker is our own work; what this costs over
+raw Celery is the price of an MCP server in front of it.
+Run: python -m bench.celery_floor_server PORT (BENCH_REDIS_URL names the Redis).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp.types as types
+import redis.asyncio as aioredis
+import uvicorn
+from celery import _state as celery_state
+from celery import states
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+
+from bench import bench_jobs
+from bench.floor_server import TaskIdParams, list_tools
+from mcp_celery.server.publish import Publisher, add_commands
+from mcp_celery.store.connect import redis_target
+
+TASKS_EXT = "io.modelcontextprotocol/tasks"
+
+
+def declared(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the request's `_meta` declares the tasks extension (the wire's per-request capabilities)."""
+    meta: dict[str, Any] = dict(ctx.meta or {})
+    caps = meta.get("io.modelcontextprotocol/clientCapabilities") or {}
+    return TASKS_EXT in (caps.get("extensions") or {})
+
+
+def result_key(task_id: str) -> bytes:
+    """The key Celery's Redis backend stores a task's result under, and the channel it publishes it on."""
+    key: bytes = bench_jobs.app.backend.get_key_for_task(task_id)  # type: ignore[attr-defined]
+    return key
+
+
+class Queue:
+    """Sends `raw_noop` jobs: Celery's message, written with asyncio redis-py."""
+
+    def __init__(self) -> None:
+        self.publisher = Publisher(bench_jobs.app, redis_target(bench_jobs.BROKER))  # the broker is the "store"
+        self.broker = aioredis.Redis.from_url(bench_jobs.BROKER)
+
+    async def send(self, x: Any, task_id: str) -> None:
+        if not await self.publisher.native():
+            raise RuntimeError("the broker is not a plain Redis")
+        commands = self.publisher.build(bench_jobs.raw_noop, args=(x,), task_id=task_id)
+        async with self.broker.pipeline(transaction=False) as pipe:
+            add_commands(pipe, commands)
+            await pipe.execute()
+
+
+class Results:
+    """Celery's results as its Redis backend publishes them, read on one pub/sub connection.
+
+    A call subscribes to its tasks' result channels (without awaiting the confirmation, as Celery's
+    own client does: Redis handles the SUBSCRIBE long before a job sent after it can end), and the
+    reader hands each ready result to the call waiting on that channel.
+    """
+
+    KEEP = "bench-celery-floor:keep"  # one channel always subscribed, so the reader never finds none
+
+    def __init__(self, client: aioredis.Redis, queue: Queue) -> None:
+        self.client = client
+        self.pubsub = client.pubsub()
+        self.queue = queue
+        self.waiting: dict[bytes, asyncio.Future[dict[str, Any]]] = {}
+        self.reader: asyncio.Task[None] | None = None
+
+    @asynccontextmanager
+    async def watching(self, task_ids: list[str]) -> AsyncIterator[list[asyncio.Future[dict[str, Any]]]]:
+        """A future per task for its ready result, subscribed for the block."""
+        channels = [result_key(task_id) for task_id in task_ids]
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in channels]
+        self.waiting.update(zip(channels, futures, strict=True))
+        try:
+            await self.pubsub.subscribe(*channels)
+            if self.reader is None:
+                await self.pubsub.subscribe(self.KEEP)
+                self.reader = asyncio.create_task(self._read())
+            yield futures
+        finally:
+            for channel in channels:
+                del self.waiting[channel]
+            await self.pubsub.unsubscribe(*channels)
+
+    async def run(self, x: Any) -> Any:
+        """Send one job and wait for its result (the synchronous path)."""
+        task_id = str(uuid.uuid4())
+        async with self.watching([task_id]) as (done,):
+            await self.queue.send(x, task_id)
+            meta = await asyncio.wait_for(done, 30)
+        if meta["status"] != states.SUCCESS:
+            raise RuntimeError(f"raw_noop {task_id}: {meta['status']}")
+        return meta["result"]
+
+    async def wait(self, task_ids: list[str]) -> list[str]:
+        """The Celery states of jobs sent earlier, once all are ready (a batched listen, in one answer)."""
+        async with self.watching(task_ids) as futures:
+            # Results stored before the subscription were published unheard: one read for those, as
+            # Celery's own client does after it subscribes.
+            keys = [result_key(task_id) for task_id in task_ids]
+            for done, raw in zip(futures, await self.client.mget(keys), strict=True):
+                if raw is not None:
+                    self._settle(done, json.loads(raw))
+            metas = await asyncio.wait_for(asyncio.gather(*futures), 60)
+        return [meta["status"] for meta in metas]
+
+    async def _read(self) -> None:
+        while True:
+            msg = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
+            if msg is not None and msg["type"] == "message":
+                done = self.waiting.get(msg["channel"])
+                if done is not None:
+                    self._settle(done, json.loads(msg["data"]))
+
+    @staticmethod
+    def _settle(done: asyncio.Future[dict[str, Any]], meta: dict[str, Any]) -> None:
+        # The worker publishes STARTED too (task_track_started): only a ready state ends the wait.
+        if meta["status"] in states.READY_STATES and not done.done():
+            done.set_result(meta)
+
+
+class TaskIdsParams(types.RequestParams):
+    task_ids: list[str]
+
+
+def build() -> Server[Any]:
+    client = aioredis.Redis.from_url(bench_jobs.BACKEND)
+    queue = Queue()
+    results = Results(client, queue)
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        x = (params.arguments or {}).get("x", 0)
+        if declared(ctx):
+            task_id = str(uuid.uuid4())
+            await queue.send(x, task_id)
+            return {"resultType": "task", "taskId": task_id, "status": "working"}
+        value = await results.run(x)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=str(value))])
+
+    async def tasks_get(ctx: ServerRequestContext[Any], params: TaskIdParams) -> dict[str, Any]:
+        raw = await client.get(result_key(params.task_id))
+        state = json.loads(raw)["status"] if raw else "PENDING"
+        return {"taskId": params.task_id, "status": "completed" if state == "SUCCESS" else "working"}
+
+    async def tasks_wait(ctx: ServerRequestContext[Any], params: TaskIdsParams) -> dict[str, Any]:
+        states_ = await results.wait(params.task_ids)
+        return {"statuses": ["completed" if state == states.SUCCESS else "failed" for state in states_]}
+
+    s: Server[Any] = Server("bench-celery-floor", version="0", on_list_tools=list_tools)
+    # Registered as a request handler, not `on_call_tool`: the declared path answers a task handle.
+    s.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    s.add_request_handler("tasks/get", TaskIdParams, tasks_get)
+    s.add_request_handler("tasks/wait", TaskIdsParams, tasks_wait)
+    s.extensions[TASKS_EXT] = {}
+    return s
+
+
+if __name__ == "__main__":
+    # As mcp-celery's server does: otherwise `apply_async` subscribes Celery's own result consumer to
+    # every task it sends, results this server reads on its own connection or not at all.
+    celery_state._set_task_join_will_block(True)  # type: ignore[attr-defined]
+    port = int(sys.argv[1])
+    app = build().streamable_http_app(stateless_http=True, json_response=True)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
