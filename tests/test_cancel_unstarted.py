@@ -138,7 +138,10 @@ def test_a_tool_with_its_own_request_class_is_watched_from_the_ack_too(
     wait_for(Path(f"{hold}.reached").exists, 30, 0.02, "the pool process to hold the job before its start")
     record = Keys().task(task_id)
     wait_for(lambda: store_redis.hexists(record, FIELD.TAKEN), 30, 0.02, "the worker to mark the message taken")
-    assert Path(f"{hold}.accepted").read_text() == "own request"
+    # The mark is written just before the tool's own `on_accepted` runs, in the same call: wait for its file too.
+    accepted = Path(f"{hold}.accepted")
+    wait_for(lambda: accepted.exists() and accepted.read_text(), 30, 0.02, "the tool's own request class")
+    assert accepted.read_text() == "own request"
     hold.write_text("go")
     task = client.wait(task_id, timeout=30)
     assert task["status"] == "completed" and task["result"]["content"][0]["text"] == "started after the hold"
