@@ -1,6 +1,6 @@
 """What bounds the goals of issue 26, measured in one run rather than added up from separate ones.
 
-python -m bench.bounds [--rounds N] [--window S] [--ops sync1,create16,e2e16]
+python -m bench.bounds [--rounds N] [--window S] [--ops sync1,create16,e2e16,listen16]
 
 Four sides share one private Redis and one prefork worker, and take turns in short windows, round
 after round, so that load from elsewhere and the worker's own CPU fall on all of them alike:
@@ -9,10 +9,15 @@ after round, so that load from elsewhere and the worker's own CPU fall on all of
 - celery floor: the same empty server whose tool is raw Celery's own client (`bench.celery_floor_server`):
   the least any MCP server in front of Celery pays, on the same two cores as its worker;
 - ours: `mcp-celery serve`;
-- raw: Celery's client in this process, no server (`delay().get()`; for e2e16, publish then get all).
+- raw: Celery's client in this process, no server (`delay().get()`; for e2e16 and listen16, publish
+  then get all).
 
-Per op the report gives each side's median over rounds of the window's p50 and rate, the server's
-CPU per op, and three ratios: the goal's (ours against its reference), the bound's (the celery floor
+Ops: sync1 (a plain `tools/call`, c=1), create16 (`tools/call` to a task handle, c=16, the worker
+running the jobs), e2e16 (create, then `tasks/get` every 10 ms until completed) and listen16 (create
+16, then one `subscriptions/listen` over them), the last two at c=16.
+
+Per op the report gives each side's median over rounds of the window's p50 and rate (tasks/s), the
+server's CPU per task, and three ratios: the goal's (ours against its reference), the bound's (the celery floor
 against the same reference) and ours against the celery floor (what is ours to cut).
 """
 
@@ -26,15 +31,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-
-from bench import rpc
 from bench.compare import cpu_s
 from bench.load import Op, percentile_ms, run_load
 from bench.phases.baselines import call_noop
 from bench.procs import PY, CpuProbe, start_http_server, start_ours_server, worker_on_private_redis, write_report
 from bench.push import BATCH, batch_push_op
-from bench.task_ops import create_op, e2e_op, sync_op, task_id_of
+from bench.task_ops import create_op, e2e_op, sync_op
 from mcp_celery._processes import free_port
 
 RAW_E2E_TASKS = 400  # one raw end-to-end window: publish these, then get them all
@@ -46,18 +48,6 @@ class Window:
     rate: float
     server_cpu_ms: float  # per op; nan for raw, which has no server
     foreign: float  # share of the machine's CPU used by processes not the bench's
-
-
-def batch_wait_op(url: str) -> Op:
-    """The celery floor's batched listen: create BATCH tasks, then one `tasks/wait` over them all."""
-
-    async def op(c: httpx.AsyncClient, i: int) -> None:
-        task_ids = [task_id_of(await rpc.call_tool(c, url, "raw_noop", {"x": i * BATCH + k})) for k in range(BATCH)]
-        statuses = (await rpc.rpc(c, url, "tasks/wait", {"taskIds": task_ids}, "wait"))["statuses"]
-        if statuses != ["completed"] * BATCH:
-            raise rpc.RpcError(f"not all of {task_ids} completed: {statuses}")
-
-    return op
 
 
 @dataclass(frozen=True)
@@ -78,7 +68,9 @@ KINDS: dict[str, Kind] = {
         16, "floor", False, {"floor": call_noop, "celery floor": lambda u: create_op(u, "raw_noop"), "ours": create_op}
     ),
     "e2e16": Kind(16, "raw", False, {"celery floor": lambda u: e2e_op(u, "raw_noop"), "ours": e2e_op}),
-    "listen16": Kind(16, "raw", False, {"celery floor": batch_wait_op, "ours": batch_push_op}, BATCH, 4 * 16),
+    "listen16": Kind(
+        16, "raw", False, {"celery floor": lambda u: batch_push_op(u, "raw_noop"), "ours": batch_push_op}, BATCH, 4 * 16
+    ),
 }
 
 

@@ -1,13 +1,14 @@
 """The floor of any MCP server in front of Celery: the empty SDK server of `bench.floor_server` whose
-tool is raw Celery's own client driving `bench_jobs.raw_noop`, with nothing of mcp-celery in it.
+tool is raw Celery's own client driving `bench_jobs.raw_noop`, without mcp-celery's task machinery.
 
 - `tools/call` with it declared: the job's message sent, answered with a task handle.
 - `tools/call` without it: the message sent after a subscription to the result channel Celery's Redis
   backend publishes on, answered with the result as a plain CallToolResult; the synchronous path, as
   `delay().get()` runs it, without blocking the event loop.
 - `tasks/get`: one GET of Celery's own result key; `completed` once it reads SUCCESS.
-- `tasks/wait` (not MCP: the least a batched listen can cost): `{"taskIds": [...]}` answered once all
-  those jobs are ready, with their statuses; one answer where a listen stream sends one notice per task.
+- `subscriptions/listen` over `taskIds`: the acknowledgement, then one `notifications/tasks` per job
+  as it ends, carrying what Celery's result gives (status, end time, the tool's result; no first
+  state of each task, no owner check), then the listen result.
 
 The message is Celery's own (`apply_async` builds it) and goes out with asyncio redis-py, through
 mcp-celery's `Publisher`: the cheapest way we know to queue a Celery job from an async server, so the
@@ -25,7 +26,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import mcp.types as types
 import redis.asyncio as aioredis
@@ -34,6 +35,7 @@ from celery import _state as celery_state
 from celery import states
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from bench import bench_jobs
 from bench.floor_server import TaskIdParams, list_tools
@@ -117,17 +119,22 @@ class Results:
             raise RuntimeError(f"raw_noop {task_id}: {meta['status']}")
         return meta["result"]
 
-    async def wait(self, task_ids: list[str]) -> list[str]:
-        """The Celery states of jobs sent earlier, once all are ready (a batched listen, in one answer)."""
+    async def each_ready(self, task_ids: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Each task id of jobs sent earlier with its ready result, as each becomes ready."""
         async with self.watching(task_ids) as futures:
             # Results stored before the subscription were published unheard: one read for those, as
             # Celery's own client does after it subscribes.
-            keys = [result_key(task_id) for task_id in task_ids]
-            for done, raw in zip(futures, await self.client.mget(keys), strict=True):
+            for done, raw in zip(futures, await self.client.mget([result_key(t) for t in task_ids]), strict=True):
                 if raw is not None:
                     self._settle(done, json.loads(raw))
-            metas = await asyncio.wait_for(asyncio.gather(*futures), 60)
-        return [meta["status"] for meta in metas]
+            task_of = {id(done): task_id for done, task_id in zip(futures, task_ids, strict=True)}
+            pending: set[asyncio.Future[dict[str, Any]]] = set(futures)
+            while pending:
+                ready, pending = await asyncio.wait(pending, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+                if not ready:
+                    raise TimeoutError(f"{len(pending)} jobs not ready within 60 s")
+                for done in ready:
+                    yield task_of[id(done)], done.result()
 
     async def _read(self) -> None:
         while True:
@@ -144,8 +151,18 @@ class Results:
             done.set_result(meta)
 
 
-class TaskIdsParams(types.RequestParams):
-    task_ids: list[str]
+def ended_task(task_id: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What the floor knows of an ended job as a `DetailedTask`: status, end time and the tool's result."""
+    task: dict[str, Any] = {"taskId": task_id, "lastUpdatedAt": result.get("date_done")}
+    if result["status"] != states.SUCCESS:
+        return {**task, "status": "failed", "error": {"code": -32603, "message": str(result.get("result"))}}
+    content = [{"type": "text", "text": str(result["result"])}]
+    return {**task, "status": "completed", "result": {"content": content, "isError": False}}
+
+
+class TaskNotice(types.Notification[dict[str, Any], Literal["notifications/tasks"]]):
+    method: Literal["notifications/tasks"] = "notifications/tasks"
+    params: dict[str, Any]
 
 
 def build() -> Server[Any]:
@@ -167,15 +184,25 @@ def build() -> Server[Any]:
         state = json.loads(raw)["status"] if raw else "PENDING"
         return {"taskId": params.task_id, "status": "completed" if state == "SUCCESS" else "working"}
 
-    async def tasks_wait(ctx: ServerRequestContext[Any], params: TaskIdsParams) -> dict[str, Any]:
-        states_ = await results.wait(params.task_ids)
-        return {"statuses": ["completed" if state == states.SUCCESS else "failed" for state in states_]}
+    async def listen(
+        ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        task_ids = list((params.notifications.model_extra or {}).get("taskIds") or [])
+        meta = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
+        acknowledged = types.SubscriptionsAcknowledgedNotificationParams(notifications=params.notifications, _meta=meta)
+        await ctx.session.send_notification(
+            types.SubscriptionsAcknowledgedNotification(params=acknowledged), related_request_id=ctx.request_id
+        )
+        async for task_id, result in results.each_ready(task_ids):
+            notice = TaskNotice(params={**ended_task(task_id, result), "_meta": meta})
+            await ctx.session.send_notification(notice, related_request_id=ctx.request_id)  # type: ignore[arg-type]
+        return types.SubscriptionsListenResult(_meta=meta)
 
     s: Server[Any] = Server("bench-celery-floor", version="0", on_list_tools=list_tools)
     # Registered as a request handler, not `on_call_tool`: the declared path answers a task handle.
     s.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
     s.add_request_handler("tasks/get", TaskIdParams, tasks_get)
-    s.add_request_handler("tasks/wait", TaskIdsParams, tasks_wait)
+    s.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listen)
     s.extensions[TASKS_EXT] = {}
     return s
 

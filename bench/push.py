@@ -99,13 +99,13 @@ async def listen_until_all_terminal(client: httpx.AsyncClient, url: str, task_id
     return ended
 
 
-def batch_push_op(url: str) -> load.Op:
-    """Create BATCH tasks, then listen to all of them on one stream until every one has completed."""
+def batch_push_op(url: str, tool: str = "noop") -> load.Op:
+    """Create BATCH tasks of `tool`, then listen to all of them on one stream until every one has completed."""
 
     async def op(client: httpx.AsyncClient, i: int) -> None:
         task_ids = []
         for k in range(BATCH):
-            handle = await rpc.call_tool(client, url, "noop", {"x": i * BATCH + k})
+            handle = await rpc.call_tool(client, url, tool, {"x": i * BATCH + k})
             if handle.get("resultType") != "task":
                 raise rpc.RpcError(f"not a task: {handle}")
             task_ids.append(handle["taskId"])

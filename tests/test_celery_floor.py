@@ -15,10 +15,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import redis
 
+from bench import rpc
 from bench.rpc import TASKS_EXT, SyncClient
 from mcp_celery._processes import start_redis
 from tests.support import Process, free_port, http_answers, start_worker, wait_for
@@ -86,26 +89,40 @@ def test_a_declared_call_queues_a_celery_job_that_tasks_get_then_reads_completed
     assert stored_result(store, task_id)["result"] == 41
 
 
-def test_tasks_wait_answers_once_every_job_has_ended_whether_it_ended_before_or_after_the_wait(
+def listen(url: str, task_ids: list[str], seen: list[dict[str, Any]]) -> None:
+    """Append to `seen` the `notifications/tasks` params of one listen stream over `task_ids`, until its result."""
+    headers, body = rpc.request("subscriptions/listen", {"notifications": {"taskIds": task_ids}}, task_ids[0])
+    with httpx.Client(timeout=60) as http, http.stream("POST", url, headers=headers, content=body) as response:
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("method") == "notifications/tasks":
+                    seen.append(message["params"])
+                elif "result" in message or "error" in message:
+                    assert "result" in message, message
+                    return
+    raise AssertionError("the listen stream ended without its result")
+
+
+def test_a_listen_stream_tells_each_job_once_as_it_ends_whether_it_ended_before_or_after_the_stream(
     floor: tuple[str, redis.Redis, Process], declared: SyncClient
 ) -> None:
-    _, store, worker = floor
-    answers: list[list[str]] = []
-    os.killpg(worker.pid, signal.SIGSTOP)  # the jobs stay queued until the wait is subscribed
+    url, store, worker = floor
+    seen: list[dict[str, Any]] = []
+    os.killpg(worker.pid, signal.SIGSTOP)  # the jobs stay queued until the stream is subscribed
     try:
         task_ids = [declared.start("raw_noop", {"x": x}) for x in range(8)]
-        waiting = threading.Thread(
-            target=lambda: answers.append(declared.result("tasks/wait", {"taskIds": task_ids}, "wait")["statuses"])
-        )
-        waiting.start()
+        stream = threading.Thread(target=listen, args=(url, task_ids, seen))
+        stream.start()
         channels = [f"celery-task-meta-{task_id}" for task_id in task_ids]
-        wait_for(lambda: all(n == 1 for _, n in store.pubsub_numsub(*channels)), 30, 0.02, "the wait's subscriptions")
-        assert waiting.is_alive() and not answers, "tasks/wait answered before any job ran"
+        wait_for(lambda: all(n == 1 for _, n in store.pubsub_numsub(*channels)), 30, 0.02, "the stream's subscriptions")
+        assert stream.is_alive() and not seen, "the stream told of a job before any job ran"
     finally:
         os.killpg(worker.pid, signal.SIGCONT)
-    waiting.join(60)
-    assert answers == [["completed"] * 8]
+    stream.join(60)
+    assert sorted((n["taskId"], n["status"]) for n in seen) == sorted((t, "completed") for t in task_ids)
     assert [stored_result(store, task_id)["result"] for task_id in task_ids] == list(range(8))
-    # All stored before this wait subscribes: the one read after subscribing must find them.
-    again = declared.result("tasks/wait", {"taskIds": task_ids}, "wait")["statuses"]
-    assert again == ["completed"] * 8
+    # All stored before this stream subscribes: the one read after subscribing must find them.
+    again: list[dict[str, Any]] = []
+    listen(url, task_ids, again)
+    assert sorted((n["taskId"], n["status"]) for n in again) == sorted((t, "completed") for t in task_ids)
