@@ -46,7 +46,7 @@ RAW_E2E_TASKS = 400  # one raw end-to-end window: publish these, then get them a
 class Window:
     p50_ms: float
     rate: float
-    server_cpu_ms: float  # per op; nan for raw, which has no server
+    server_cpu_ms: float  # per task; nan for raw, which has no server
     foreign: float  # share of the machine's CPU used by processes not the bench's
 
 

@@ -121,6 +121,8 @@ def test_a_listen_stream_tells_each_job_once_as_it_ends_whether_it_ended_before_
         os.killpg(worker.pid, signal.SIGCONT)
     stream.join(60)
     assert sorted((n["taskId"], n["status"]) for n in seen) == sorted((t, "completed") for t in task_ids)
+    # Each notice carries its own job's result (job x returned x).
+    assert {n["taskId"]: n["result"]["content"][0]["text"] for n in seen} == {t: str(x) for x, t in enumerate(task_ids)}
     assert [stored_result(store, task_id)["result"] for task_id in task_ids] == list(range(8))
     # All stored before this stream subscribes: the one read after subscribing must find them.
     again: list[dict[str, Any]] = []
