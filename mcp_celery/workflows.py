@@ -169,7 +169,9 @@ def aggregate(
         return _cancelling(workflow, live, updated, now_ms >= parent.cancel_ms + cancel_grace_ms)
     failed = [(m, found) for m, found in header if found is None or _failed(found[1])]
     if failed and (workflow.failure == "fail" or workflow.kind == "chain"):
-        member, found = failed[0]
+        # A member that failed is named before one cancelled: the others are cancelled because one
+        # failed, and a reader that comes while those cancels are still going out must name the same one.
+        member, found = min(failed, key=lambda pair: pair[1] is not None and pair[1][1].status == "cancelled")
         return _failure(f"member {member.label} ({member.name})", found, live, updated)
     if workflow.merge is not None and merge is not None and _failed(merge[1]):
         return _failure(f"the merge step {workflow.merge.label} ({workflow.merge.name})", merge, live, updated)

@@ -22,8 +22,9 @@ from redis.crc import key_slot
 
 from mcp_celery.protocol import TERMINAL_STATUSES
 from mcp_celery.server.reaper import LOST_BEFORE_START
-from mcp_celery.store.schema import FIELD, Keys
-from mcp_celery.workflows import Workflow
+from mcp_celery.status import TaskView
+from mcp_celery.store.schema import FIELD, Keys, TaskRecord
+from mcp_celery.workflows import Member, Workflow, aggregate
 from tests import sample_jobs
 from tests.support import HttpClient, Process, caps, start_worker, wait_for
 from tests.test_push import listen, notifications_until_end
@@ -87,6 +88,29 @@ def test_the_first_failing_member_fails_the_workflow_and_the_others_are_cancelle
     ends = {m.label: wait_for(lambda m=m: terminal(client.get(m.id)), 20, what=f"{m.label} to end") for m in others}
     assert {label: end["status"] for label, end in ends.items()} == {m.label: "cancelled" for m in others}, ends
     assert workflow.merge is not None and client.get(workflow.merge.id)["status"] == "cancelled"  # never launched
+
+
+def test_the_failure_names_the_member_that_failed_even_once_a_member_before_it_was_cancelled_for_it() -> None:
+    # What a reader sees while the other members' cancels are going out (CI's RabbitMQ pass once froze
+    # "member wf_member-1 failed: cancelled by client" here): the member that failed is the one named.
+    members = tuple(Member(f"id-{i}", f"wf_member-{i + 1}", "tests.sample_jobs.wf_member") for i in range(3))
+    workflow = Workflow("group", members)
+    parent = TaskRecord(task_id="parent", tool="sweep", created_ms=1000, ttl_ms=None, poll_ms=500)
+    views = {
+        "id-0": TaskView("cancelled", 1300, "cancelled by client"),
+        "id-1": TaskView("failed", 1200, "member 1 failed on purpose", error={"code": -32603, "message": "boom"}),
+        "id-2": TaskView("working", 1100, "running"),
+    }
+    found = {task_id: (TaskRecord(task_id=task_id, tool="wf_member", created_ms=1000, ttl_ms=None, poll_ms=500), view)
+             for task_id, view in views.items()}  # fmt: skip
+    step = aggregate(workflow, parent, found, 1400, tool=None)
+    assert step.view.status == "failed" and step.freeze
+    assert step.view.status_message == "member wf_member-2 (tests.sample_jobs.wf_member) failed: boom"
+    assert step.cancel == ("id-2",)
+    # With no member failed on its own, the first one cancelled is named, as before.
+    only_cancelled = {**found, "id-1": (found["id-1"][0], TaskView("working", 1200, "running"))}
+    named = aggregate(workflow, parent, only_cancelled, 1400, tool=None).view.status_message
+    assert named == "member wf_member-1 (tests.sample_jobs.wf_member) failed: cancelled by client"
 
 
 def test_with_the_partial_policy_the_merge_step_gets_the_survivors_and_says_which_failed(client: HttpClient) -> None:
