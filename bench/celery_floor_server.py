@@ -39,10 +39,9 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from bench import bench_jobs
 from bench.floor_server import TaskIdParams, list_tools
+from bench.rpc import TASKS_EXT
 from mcp_celery.server.publish import Publisher, add_commands
 from mcp_celery.store.connect import redis_target
-
-TASKS_EXT = "io.modelcontextprotocol/tasks"
 
 
 def declared(ctx: ServerRequestContext[Any]) -> bool:
