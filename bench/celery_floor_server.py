@@ -78,7 +78,10 @@ class Results:
 
     A call subscribes to its tasks' result channels (without awaiting the confirmation, as Celery's
     own client does: Redis handles the SUBSCRIBE long before a job sent after it can end), and the
-    reader hands each ready result to the call waiting on that channel.
+    reader hands each ready result to the call waiting on that channel. A listen over jobs sent
+    earlier awaits the confirmation before it reads their results: the read goes on another
+    connection, and Redis may serve it before the SUBSCRIBE, so a job ending between the two would
+    go unheard (this happened with hiredis's faster parser).
     """
 
     KEEP = "bench-celery-floor:keep"  # one channel always subscribed, so the reader never finds none
@@ -88,24 +91,30 @@ class Results:
         self.pubsub = client.pubsub()
         self.queue = queue
         self.waiting: dict[bytes, asyncio.Future[dict[str, Any]]] = {}
+        self.confirming: dict[bytes, asyncio.Future[None]] = {}  # channels whose SUBSCRIBE someone awaits
         self.reader: asyncio.Task[None] | None = None
 
     @asynccontextmanager
-    async def watching(self, task_ids: list[str]) -> AsyncIterator[list[asyncio.Future[dict[str, Any]]]]:
-        """A future per task for its ready result, subscribed for the block."""
+    async def watching(
+        self, task_ids: list[str], *, confirmed: bool = False
+    ) -> AsyncIterator[list[asyncio.Future[dict[str, Any]]]]:
+        """A future per task for its ready result, subscribed for the block (`confirmed`: by Redis, on entry)."""
         channels = [result_key(task_id) for task_id in task_ids]
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in channels]
         self.waiting.update(zip(channels, futures, strict=True))
+        confirmations = [self.confirming.setdefault(channel, loop.create_future()) for channel in channels if confirmed]
         try:
             await self.pubsub.subscribe(*channels)
             if self.reader is None:
                 await self.pubsub.subscribe(self.KEEP)
                 self.reader = asyncio.create_task(self._read())
+            await asyncio.wait_for(asyncio.gather(*confirmations), 10)
             yield futures
         finally:
             for channel in channels:
                 del self.waiting[channel]
+                self.confirming.pop(channel, None)
             await self.pubsub.unsubscribe(*channels)
 
     async def run(self, x: Any) -> Any:
@@ -120,7 +129,7 @@ class Results:
 
     async def each_ready(self, task_ids: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Each task id of jobs sent earlier with its ready result, as each becomes ready."""
-        async with self.watching(task_ids) as futures:
+        async with self.watching(task_ids, confirmed=True) as futures:
             # Results stored before the subscription were published unheard: one read for those, as
             # Celery's own client does after it subscribes.
             for done, raw in zip(futures, await self.client.mget([result_key(t) for t in task_ids]), strict=True):
@@ -137,11 +146,17 @@ class Results:
 
     async def _read(self) -> None:
         while True:
-            msg = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
-            if msg is not None and msg["type"] == "message":
+            msg = await self.pubsub.get_message(timeout=None)
+            if msg is None:
+                continue
+            if msg["type"] == "message":
                 done = self.waiting.get(msg["channel"])
                 if done is not None:
                     self._settle(done, json.loads(msg["data"]))
+            elif msg["type"] == "subscribe":
+                confirmed = self.confirming.pop(msg["channel"], None)
+                if confirmed is not None and not confirmed.done():
+                    confirmed.set_result(None)
 
     @staticmethod
     def _settle(done: asyncio.Future[dict[str, Any]], meta: dict[str, Any]) -> None:
