@@ -17,8 +17,10 @@ running the jobs), e2e16 (create, then `tasks/get` every 10 ms until completed) 
 16, then one `subscriptions/listen` over them), the last two at c=16.
 
 Per op the report gives each side's median over rounds of the window's p50 and rate (tasks/s), the
-server's CPU per task, and three ratios: the goal's (ours against its reference), the bound's (the celery floor
-against the same reference) and ours against the celery floor (what is ours to cut).
+CPU per task of the server, the worker (its pool included), Redis and the load client (on two shared
+cores the rate is about the inverse of their sum), and three ratios: the goal's (ours against its
+reference), the bound's (the celery floor against the same reference) and ours against the celery
+floor (what is ours to cut).
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
+
 from bench.compare import cpu_s
+from bench.cpu_split import self_cpu_s, tree_cpu_s
 from bench.load import Op, percentile_ms, run_load
 from bench.phases.baselines import call_noop
 from bench.procs import PY, CpuProbe, start_http_server, start_ours_server, worker_on_private_redis, write_report
@@ -48,6 +53,22 @@ class Window:
     rate: float
     server_cpu_ms: float  # per task; nan for raw, which has no server
     foreign: float  # share of the machine's CPU used by processes not the bench's
+    others_cpu_ms: dict[str, float]  # per task: the worker (pool included), Redis and the load client (this process)
+
+
+@dataclass(frozen=True)
+class Shared:
+    """The processes every side shares, whose CPU per task is read in each window too."""
+
+    worker_pid: int
+    redis_pid: int
+
+    def sample(self) -> dict[str, float]:
+        return {"worker": tree_cpu_s(self.worker_pid), "redis": cpu_s(self.redis_pid), "client": self_cpu_s()}
+
+    @staticmethod
+    def per_task(before: dict[str, float], after: dict[str, float], tasks: int) -> dict[str, float]:
+        return {name: (after[name] - before[name]) * 1000 / max(1, tasks) for name in before}
 
 
 @dataclass(frozen=True)
@@ -74,10 +95,12 @@ KINDS: dict[str, Kind] = {
 }
 
 
-async def server_window(url: str, pid: int, kind: Kind, make: Callable[[str], Op], window_s: float) -> Window:
+async def server_window(
+    url: str, pid: int, shared: Shared, kind: Kind, make: Callable[[str], Op], window_s: float
+) -> Window:
     op = make(url)
     await run_load(op, kind.concurrency, count=kind.concurrency, warmup=0, deadline=60)  # warm-up, unrecorded
-    before = cpu_s(pid)
+    before, others = cpu_s(pid), shared.sample()
     if kind.ops_per_window is None:
         res = await run_load(op, kind.concurrency, duration=window_s, warmup=0, deadline=window_s + 60)
     else:
@@ -86,10 +109,11 @@ async def server_window(url: str, pid: int, kind: Kind, make: Callable[[str], Op
         raise RuntimeError(f"{url}: {res.errors} errors, first: {res.first_error}")
     tasks = res.n * kind.tasks_per_op
     cpu_ms = (cpu_s(pid) - before) * 1000 / max(1, tasks)
-    return Window(res.p50, res.rate * kind.tasks_per_op, cpu_ms, res.foreign_cpu)
+    others_ms = Shared.per_task(others, shared.sample(), tasks)
+    return Window(res.p50, res.rate * kind.tasks_per_op, cpu_ms, res.foreign_cpu, others_ms)
 
 
-def raw_window(kind: Kind, window_s: float) -> Window:
+def raw_window(shared: Shared, kind: Kind, window_s: float) -> Window:
     """Raw Celery's client, blocking, on this thread: `delay().get()` one at a time for a latency
     goal, else a backlog (publish RAW_E2E_TASKS, then get them all), as `python -m bench` measures it."""
     from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL
@@ -97,7 +121,7 @@ def raw_window(kind: Kind, window_s: float) -> Window:
     task = bench_jobs.raw_noop
     for i in range(20):  # warm-up
         task.delay(i).get(timeout=10)
-    cpu0 = CpuProbe.sample()
+    cpu0, others = CpuProbe.sample(), shared.sample()
     lat: list[float] = []
     t0 = time.perf_counter()
     if kind.latency:
@@ -110,11 +134,13 @@ def raw_window(kind: Kind, window_s: float) -> Window:
             result.get(timeout=120)
             lat.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - t0
-    return Window(percentile_ms(lat, 50), len(lat) / elapsed, float("nan"), CpuProbe.foreign(cpu0, CpuProbe.sample()))
+    others_ms = Shared.per_task(others, shared.sample(), len(lat))
+    foreign = CpuProbe.foreign(cpu0, CpuProbe.sample())
+    return Window(percentile_ms(lat, 50), len(lat) / elapsed, float("nan"), foreign, others_ms)
 
 
 async def measure(
-    servers: dict[str, tuple[str, int]], names: list[str], rounds: int, window_s: float
+    servers: dict[str, tuple[str, int]], shared: Shared, names: list[str], rounds: int, window_s: float
 ) -> dict[str, list[Window]]:
     """Every kind on every side, round after round; keyed "kind side"."""
     out: dict[str, list[Window]] = {}
@@ -123,9 +149,9 @@ async def measure(
             kind = KINDS[name]
             for side, make in kind.sides.items():
                 url, pid = servers[side]
-                out.setdefault(f"{name} {side}", []).append(await server_window(url, pid, kind, make, window_s))
+                out.setdefault(f"{name} {side}", []).append(await server_window(url, pid, shared, kind, make, window_s))
             if kind.reference == "raw":
-                out.setdefault(f"{name} raw", []).append(await asyncio.to_thread(raw_window, kind, window_s))
+                out.setdefault(f"{name} raw", []).append(await asyncio.to_thread(raw_window, shared, kind, window_s))
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     return out
 
@@ -134,9 +160,13 @@ def report(results: dict[str, list[Window]], names: list[str]) -> str:
     def med(key: str, f: Callable[[Window], float]) -> float:
         return statistics.median(f(w) for w in results[key])
 
+    def med_other(key: str, other: str) -> float:
+        return statistics.median(w.others_cpu_ms[other] for w in results[key])
+
     lines = [
-        "| op | side | p50 ms | tasks/s | server CPU ms/task | foreign CPU | against the reference |",
-        "|---|---|---|---|---|---|---|",
+        "| op | side | p50 ms | tasks/s | CPU ms/task: server | worker | Redis | client | foreign CPU "
+        "| against the reference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
         kind = KINDS[name]
@@ -150,12 +180,13 @@ def report(results: dict[str, list[Window]], names: list[str]) -> str:
                 f"{med(key, lambda w: w.p50_ms):.2f}",
                 f"{med(key, lambda w: w.rate):.0f}",
                 f"{med(key, lambda w: w.server_cpu_ms):.2f}",
+                *(f"{med_other(key, other):.2f}" for other in ("worker", "redis", "client")),
                 f"{med(key, lambda w: w.foreign):.0%}",
                 "" if side == kind.reference else f"{med(key, figure) / ref:.2f}x",
             ]
             lines.append("| " + " | ".join(cells) + " |")
         ours, bound = med(f"{name} ours", figure), med(f"{name} celery floor", figure)
-        lines.append(f"| {name} | ours / celery floor | | | | | {ours / bound:.2f}x |")
+        lines.append(f"| {name} | ours / celery floor | | | | | | | | {ours / bound:.2f}x |")
     return "\n".join(lines)
 
 
@@ -180,7 +211,8 @@ def main() -> None:
         ours, ours_url = start_ours_server(redis_url, "ours-bounds")
         procs.append(ours)
         servers["ours"] = (ours_url, ours.pid)
-        results = asyncio.run(measure(servers, names, a.rounds, a.window))
+        shared = Shared(procs[0].pid, int(redis.Redis.from_url(redis_url).info("server")["process_id"]))
+        results = asyncio.run(measure(servers, shared, names, a.rounds, a.window))
         write_report("bounds", report(results, names))
 
 

@@ -1,6 +1,6 @@
 """Before/after on a shared machine: two source trees' servers and the floor, interleaved in short rounds.
 
-python -m bench.compare BASE_DIR [--rounds N] [--window S] [--ops create1,create16,sync1,e2e16]
+python -m bench.compare BASE_DIR [--rounds N] [--window S] [--ops create1,create16,sync1,e2e16,listen16]
 
 BASE_DIR is another checkout of this repository (e.g. `git worktree add /tmp/base main`, or
 `git archive main | tar -x -C /tmp/base`). One private Redis and one prefork worker serve both
@@ -33,6 +33,7 @@ from bench.procs import (
     worker_on_private_redis,
     write_report,
 )
+from bench.push import batch_push_op
 from bench.task_ops import create_op, e2e_op, sync_op
 from mcp_celery._processes import Process, free_port
 
@@ -42,6 +43,7 @@ OPS: dict[str, tuple[int, Callable[[str], Op], Callable[[str], Op] | None]] = {
     "create16": (16, create_op, call_noop),
     "sync1": (1, sync_op, call_noop),
     "e2e16": (16, e2e_op, None),
+    "listen16": (16, batch_push_op, None),  # per op: 16 tasks created, then one listen stream over them
 }
 
 

@@ -1,11 +1,14 @@
 """Profile the mcp-celery server under one kind of load with py-spy.
 
 python -m bench.profile {create,get,sync,e2e,listen,batch} [--seconds S] [--concurrency C]
+    [--target server|worker|celery-floor]
 
 Starts a private Redis, a prefork worker and `mcp-celery serve`, runs the load while `py-spy record`
 samples the server process (and its threads), then prints the top functions by inclusive and by self time
-(from py-spy's collapsed-stack output) and writes bench/.logs/profile-<what>.txt (collapsed stacks, feed it to
-any flame graph tool) and profile-<what>-summary.txt.
+(from py-spy's collapsed-stack output) and writes bench/.logs/profile-<what>-<target>.txt (collapsed stacks,
+feed it to any flame graph tool) and profile-<what>-<target>-summary.txt. `--target worker` samples the
+worker and its pool instead; `--target celery-floor` serves the same load from `bench.celery_floor_server`
+(tool `raw_noop`) and samples that server, to set ours beside the least a server in front of Celery pays.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import time
 from pathlib import Path
 
 from bench import load, rpc
-from bench.procs import LOGS, start_ours_server, start_worker, wait_worker
+from bench.procs import LOGS, PY, start_http_server, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis
 from bench.task_ops import create_many, e2e_op, get_op
+from mcp_celery._processes import free_port
 
 
 def summarize(collapsed: Path, top: int = 40) -> str:
@@ -50,12 +54,12 @@ def summarize(collapsed: Path, top: int = 40) -> str:
     return "\n".join(out)
 
 
-async def drive(what: str, url: str, seconds: float, conc: int) -> load.LoadResult:
+async def drive(what: str, url: str, seconds: float, conc: int, tool: str = "noop") -> load.LoadResult:
     op: load.Op
     if what == "create":
-        op = lambda c, i: rpc.call_tool(c, url, "noop", {"x": i})  # noqa: E731
+        op = lambda c, i: rpc.call_tool(c, url, tool, {"x": i})  # noqa: E731
     elif what == "sync":
-        op = lambda c, i: rpc.call_tool(c, url, "noop", {"x": i}, declare=False)  # noqa: E731
+        op = lambda c, i: rpc.call_tool(c, url, tool, {"x": i}, declare=False)  # noqa: E731
     elif what == "get":
         ids = await create_many(url, 500, 4)
         await asyncio.sleep(2)  # let the worker finish them: tasks/get then reads finished tasks
@@ -67,9 +71,9 @@ async def drive(what: str, url: str, seconds: float, conc: int) -> load.LoadResu
     elif what == "batch":
         from bench.push import batch_push_op  # create 16, then one subscriptions/listen over them all
 
-        op = batch_push_op(url)
+        op = batch_push_op(url, tool)
     else:
-        op = e2e_op(url)
+        op = e2e_op(url, tool)
     return await load.run_load(op, conc, duration=seconds, warmup=1.0, deadline=seconds + 120)
 
 
@@ -90,9 +94,14 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples/s")
     ap.add_argument(
-        "--target", choices=["server", "worker"], default="server", help="the process to profile (worker: its pool too)"
+        "--target",
+        choices=["server", "worker", "celery-floor"],
+        default="server",
+        help="the process to profile (worker: its pool too; celery-floor: bench.celery_floor_server instead of ours)",
     )
     a = ap.parse_args()
+    if a.target == "celery-floor" and a.what in ("get", "listen"):
+        ap.error(f"{a.what} runs on mcp-celery only")
     pyspy = shutil.which("py-spy")
     if not pyspy:
         sys.exit("py-spy not installed: pip install py-spy")
@@ -106,12 +115,19 @@ def main() -> None:
     out = LOGS / f"profile-{a.what}-{a.target}.txt"
     spy = None
     try:
-        s, url = start_ours_server(rds.url, "ours-prof")
+        if a.target == "celery-floor":
+            url = f"http://127.0.0.1:{free_port()}/mcp"
+            s = start_http_server(
+                "celery-floor-prof", [PY, "-m", "bench.celery_floor_server", url.split(":")[2][:-4]], url
+            )
+        else:
+            s, url = start_ours_server(rds.url, "ours-prof")
         wait_worker(bench_jobs.app, w)
-        profiled = s.pid if a.target == "server" else w.pid
+        profiled = w.pid if a.target == "worker" else s.pid
         spy = start_py_spy(pyspy, profiled, a.rate, out, a.seconds + 3, children=a.target == "worker")
         time.sleep(0.5)
-        res = asyncio.run(drive(a.what, url, a.seconds, a.concurrency))
+        tool = "raw_noop" if a.target == "celery-floor" else "noop"
+        res = asyncio.run(drive(a.what, url, a.seconds, a.concurrency, tool))
         print(f"{a.what}: {res.summary()}")
         spy.wait(timeout=60)
         summary = summarize(out)
