@@ -70,6 +70,8 @@ CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
 MISSING_CAPABILITY_MESSAGE = "Missing required client capability"
 #: Unknown, expired and foreign task ids all get this one text, so existence never leaks.
 TASK_NOT_FOUND_MESSAGE = "Failed to retrieve task: Task not found"
+#: The `statusMessage` of a task created and not started yet: what its creation answer says.
+QUEUED_MESSAGE = "queued"
 #: How every tool error text starts (the SDK's MCPServer words it the same way).
 TOOL_ERROR_PREFIX = "Error executing tool"
 
@@ -223,7 +225,7 @@ def detailed_task(
 
 
 def create_task_result(
-    *, task_id: str, created_ms: int, ttl_ms: int | None, poll_ms: int, status_message: str = "queued"
+    *, task_id: str, created_ms: int, ttl_ms: int | None, poll_ms: int, status_message: str = QUEUED_MESSAGE
 ) -> dict[str, Any]:
     """The flat `CreateTaskResult` for a task just queued: `resultType: "task"` and the Task fields only."""
     task = detailed_task(

@@ -30,6 +30,7 @@ from typing import Any
 
 from mcp_celery.protocol import (
     INTERNAL_ERROR,
+    QUEUED_MESSAGE,
     TERMINAL_STATUSES,
     TOOL_ERROR_PREFIX,
     TaskStatus,
@@ -75,7 +76,7 @@ LOST_HEARTBEAT = "the worker running the job was lost: no heartbeat since {since
 WAITING_TO_RUN_AGAIN = "the worker was lost; waiting to run the job again"
 
 _WORKING_MESSAGES = {
-    "PENDING": "queued",
+    "PENDING": QUEUED_MESSAGE,
     "RECEIVED": "queued on a worker",
     "STARTED": "running",
     "RETRY": "waiting to retry",

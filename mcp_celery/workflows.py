@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from mcp_celery.protocol import INTERNAL_ERROR, call_tool_result
+from mcp_celery.protocol import INTERNAL_ERROR, QUEUED_MESSAGE, call_tool_result
 from mcp_celery.status import TaskView
 from mcp_celery.store.schema import TaskRecord
 
@@ -293,10 +293,10 @@ def _words(
     if own:
         return own
     done = sum(s.status == "completed" for s in statuses)
-    running = [s for s in statuses if s.status == "working" and s.status_message not in (None, "queued")]
+    running = [s for s in statuses if s.status == "working" and s.status_message not in (None, QUEUED_MESSAGE)]
     failed = sum(s.status in ("failed", "cancelled", "expired") for s in statuses)
     words = f"{done}/{len(statuses)} done, {len(running)} running" + (f", {failed} failed" if failed else "")
-    if merge is not None and merge[1].status == "working" and merge[1].status_message not in (None, "queued"):
+    if merge is not None and merge[1].status == "working" and merge[1].status_message not in (None, QUEUED_MESSAGE):
         return f"{words}; merging: {merge[1].status_message}"
     if running:
         words += f"; {running[-1].label}: {running[-1].status_message}"

@@ -230,6 +230,28 @@ def test_a_job_that_ignores_a_cancel_is_pushed_cancelled_when_the_grace_runs_out
     assert seen[-1]["status"] == "cancelled" and "grace" in seen[-1]["statusMessage"]
 
 
+
+def test_a_task_still_queued_is_not_sent_until_it_changes_its_creation_answer_told_that_state(
+    client: HttpClient, b: HttpClient
+) -> None:
+    handle = client.result(
+        "tools/call",
+        {"name": "queued_elsewhere", "arguments": {"marker": f"m-{uuid.uuid4()}"}},  # queue "later": no worker here
+        capabilities=caps(),
+    )
+    assert (handle["status"], handle["statusMessage"]) == ("working", "queued")
+    queued, done = handle["taskId"], client.wait(client.start("echo", {"text": "done"}))["taskId"]
+    assert (client.get(queued)["status"], client.get(queued)["statusMessage"]) == ("working", "queued")
+    stream, ack = listen(b, [queued, done])
+    assert sorted(ack["params"]["notifications"]["taskIds"]) == sorted([queued, done])
+    first = stream.next()
+    assert first is not None and first["params"]["taskId"] == done and first["params"]["status"] == "completed"
+    client.result("tasks/cancel", {"taskId": queued})  # its first change since the creation answer
+    seen, _ = notifications_until_end(stream)
+    stream.close()
+    assert [(t["taskId"], t["status"]) for t in seen] == [(queued, "cancelled")]  # nothing said before the change
+    check_notifications([first["params"], *seen], stream.request_id)
+
 def test_task_ids_need_the_extension_and_the_core_filters_keep_working_beside_them(
     client: HttpClient, b: HttpClient
 ) -> None:

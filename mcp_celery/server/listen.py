@@ -3,7 +3,10 @@
 Server tier. A listen request's response is the stream: the acknowledgement first (listing
 exactly the task ids that exist and belong to the caller), then for each acknowledged task
 its current state and one `notifications/tasks` per status change or new `statusMessage`,
-each the full `DetailedTask` that `tasks/get` would return at that moment. After a task's
+each the full `DetailedTask` that `tasks/get` would return at that moment. A task still
+queued is not sent at first: its creation answer (`working`, "queued") told that state to
+whoever holds its id, so a stream over jobs created just before it carries one notification
+each, their ends, unless they change on the way. After a task's
 terminal notification nothing more is sent for it; once every acknowledged task is terminal
 the stream ends with the listen result, unless the client also asked for the core
 list-changed filters, which keep it open until the client goes away (this server's tool list
@@ -22,7 +25,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from mcp_celery.protocol import INVALID_PARAMS, TASKS_NOTIFICATION, now_ms
+from mcp_celery.protocol import INVALID_PARAMS, QUEUED_MESSAGE, TASKS_NOTIFICATION, now_ms
 from mcp_celery.server import envelope, limits, metrics
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.service import TaskService
@@ -115,7 +118,9 @@ async def _stream(
     keep_open: bool,
 ) -> None:
     """Send each task's state now (`first`: as just read) and at every change, until every one is terminal."""
-    sent: dict[str, tuple[Any, ...]] = {}
+    # What each task's creation answer said counts as sent: a task still queued is not sent again.
+    created = _signature(TaskView("working", 0, QUEUED_MESSAGE))
+    sent: dict[str, tuple[Any, ...]] = dict.fromkeys(first, created)
     pending = set(first)
     dirty = set(first)
     views = first
@@ -127,7 +132,7 @@ async def _stream(
                 pending.discard(task_id)
                 continue
             record, view = found
-            signature = (view.status, view.status_message, tuple(sorted(view.input_requests or {})))
+            signature = _signature(view)
             if sent.get(task_id) != signature:
                 sent[task_id] = signature
                 task = view.detailed_task(record, now_ms())
@@ -149,3 +154,8 @@ async def _stream(
             dirty |= pending
         views = await service.read_views(sorted(dirty & pending))  # one round trip for all that changed
         await anyio.lowlevel.checkpoint()
+
+
+def _signature(view: TaskView) -> tuple[Any, ...]:
+    """What a notification of `view` tells that an earlier one may not have: a change of this sends one."""
+    return view.status, view.status_message, tuple(sorted(view.input_requests or {}))

@@ -37,6 +37,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_celery.inputs import missing_capability, sampling_answer_model
 from mcp_celery.protocol import (
     INTERNAL_ERROR,
+    QUEUED_MESSAGE,
     now_ms,
     task_handle_result,
     tool_error_result,
@@ -97,7 +98,8 @@ async def call(
         if not inline:
             return await _call_sync(service, spec, record, arguments, watcher)
         await service.create(spec, record, arguments)
-        return await _follow(service, ctx, spec, (record, TaskView("working", record.created_ms, "queued")), watcher)
+        queued = TaskView("working", record.created_ms, QUEUED_MESSAGE)
+        return await _follow(service, ctx, spec, (record, queued), watcher)
 
 
 async def resume_call(
