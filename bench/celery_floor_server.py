@@ -109,7 +109,8 @@ class Results:
             if self.reader is None:
                 await self.pubsub.subscribe(self.KEEP)
                 self.reader = asyncio.create_task(self._read())
-            await asyncio.wait_for(asyncio.gather(*confirmations), 10)
+            if confirmations:
+                await asyncio.wait_for(asyncio.gather(*confirmations), 10)
             yield futures
         finally:
             for channel in channels:

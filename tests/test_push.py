@@ -230,7 +230,6 @@ def test_a_job_that_ignores_a_cancel_is_pushed_cancelled_when_the_grace_runs_out
     assert seen[-1]["status"] == "cancelled" and "grace" in seen[-1]["statusMessage"]
 
 
-
 def test_a_task_still_queued_is_not_sent_until_it_changes_its_creation_answer_told_that_state(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -251,6 +250,7 @@ def test_a_task_still_queued_is_not_sent_until_it_changes_its_creation_answer_to
     stream.close()
     assert [(t["taskId"], t["status"]) for t in seen] == [(queued, "cancelled")]  # nothing said before the change
     check_notifications([first["params"], *seen], stream.request_id)
+
 
 def test_task_ids_need_the_extension_and_the_core_filters_keep_working_beside_them(
     client: HttpClient, b: HttpClient
