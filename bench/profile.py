@@ -116,10 +116,9 @@ def main() -> None:
     spy = None
     try:
         if a.target == "celery-floor":
-            url = f"http://127.0.0.1:{free_port()}/mcp"
-            s = start_http_server(
-                "celery-floor-prof", [PY, "-m", "bench.celery_floor_server", url.split(":")[2][:-4]], url
-            )
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/mcp"
+            s = start_http_server("celery-floor-prof", [PY, "-m", "bench.celery_floor_server", str(port)], url)
         else:
             s, url = start_ours_server(rds.url, "ours-prof")
         wait_worker(bench_jobs.app, w)

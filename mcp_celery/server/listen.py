@@ -119,8 +119,7 @@ async def _stream(
 ) -> None:
     """Send each task's state now (`first`: as just read) and at every change, until every one is terminal."""
     # What each task's creation answer said counts as sent: a task still queued is not sent again.
-    created = _signature(TaskView("working", 0, QUEUED_MESSAGE))
-    sent: dict[str, tuple[Any, ...]] = dict.fromkeys(first, created)
+    sent: dict[str, tuple[Any, ...]] = dict.fromkeys(first, _CREATION_ANSWER)
     pending = set(first)
     dirty = set(first)
     views = first
@@ -159,3 +158,7 @@ async def _stream(
 def _signature(view: TaskView) -> tuple[Any, ...]:
     """What a notification of `view` tells that an earlier one may not have: a change of this sends one."""
     return view.status, view.status_message, tuple(sorted(view.input_requests or {}))
+
+
+#: What every task's creation answer told (`working`, "queued"), as `_signature` sees it.
+_CREATION_ANSWER = _signature(TaskView("working", 0, QUEUED_MESSAGE))
