@@ -187,6 +187,38 @@ def test_answers_given_before_the_worker_was_lost_are_replayed_to_the_new_run(
     assert done["status"] == "completed" and text_of(done) == "Ann,Bob,runs=2", done
 
 
+@pytest.mark.skipif(not REDIS_BROKER, reason="kombu's unacked hash is the Redis transport's")
+def test_a_lost_runs_message_taken_again_by_a_worker_that_died_before_starting_it_is_put_back_again(
+    client: HttpClient,
+    store_redis: redis.Redis,
+    doomed: Process,
+    env: dict[str, str],
+    tmp_path: Path,
+    replacement: list[Process],
+) -> None:
+    """The message of a lost run goes back to its queue; a consumer takes it and dies before the
+    new run starts. Its delivery is later than the lost run's heartbeat, yet it is lost all the same."""
+    again = f"again-{uuid.uuid4()}"
+    retried = client.start("doomed_retry_loop", {"seconds": 3, "marker": again})
+    wait_for(lambda: store_redis.get(again) == b"1", 20, what="the job to start")
+    os.killpg(doomed.pid, signal.SIGKILL)
+    broker = redis.Redis.from_url(os.environ["TEST_BROKER_URL"])
+    wait_for(lambda: broker.llen("doomed") == 1, 2 * LOST_TIMEOUT_S + 10, what="the message back in its queue")
+
+    with sample_jobs.app.connection_for_read() as connection:
+        channel: Any = connection.default_channel
+        assert channel.basic_get("doomed", no_ack=False) is not None
+        channel.qos._delivered.clear()  # a dead consumer restores nothing
+    assert broker.llen("doomed") == 0 and broker.hlen("unacked") == 1
+    waiting = client.get(retried)
+    assert waiting["status"] == "working" and waiting["statusMessage"] == WAITING_AGAIN, waiting
+
+    start_replacement(env, tmp_path, replacement)
+    done = client.wait(retried, timeout=2 * LOST_TIMEOUT_S + QUEUE_CHECK_S + 20)
+    assert done["status"] == "completed" and text_of(done) == "survived runs=2", done
+    assert store_redis.get(again) == b"2"
+
+
 def ann() -> dict[str, Any]:
     return {"action": "accept", "content": {"name": "Ann"}}
 

@@ -11,7 +11,8 @@ overdue ones; none of them is special, and what they decide is a check-and-set i
   A `retry_on_worker_loss` tool reads `working` instead ("waiting to run the job again"), and
   its message is looked for: still in kombu's unacked hash from the lost run (the whole worker
   died, and kombu would hand it out again only after the visibility timeout, hours), it is
-  moved back to its queue now.
+  moved back to its queue now. Put back and then taken by a worker lost before the new run
+  started, it is moved back again, as an unstarted job's message is (below).
 * A job whose message a worker took (acked early, at-most-once) but which has not started: the
   worker's main process marks the task `taken` just before the ack and beats the mark until the
   job starts (`mcp_celery.worker.taken`; from then on the heartbeat counts, and the mark is ignored),
@@ -134,10 +135,11 @@ class Reaper:
         if started and not self.service.redelivered_on_loss(tool):
             return _Sought(queue, True, 0.0)  # a started at-most-once job never runs again
         # A delivery from before the heartbeat ran out belongs to the lost run; one not started
-        # within the heartbeat timeout of its delivery has lost its worker too (no prefetch). Such
-        # an unstarted message goes back to its queue even for an at-most-once tool: only one
-        # delivery can ever start the job (JOB_START refuses a second), so it still runs at most once.
-        stale_ms = alive_ms if alive_ms is not None else now - self.lost_ms
+        # within the heartbeat timeout of its delivery has lost its worker too (no prefetch), be it
+        # the first delivery or one the lost run's message was put back for. Such an unstarted
+        # message goes back to its queue even for an at-most-once tool: only one delivery can ever
+        # start the job (JOB_START refuses a second), so it still runs at most once.
+        stale_ms = max(alive_ms or 0, now - self.lost_ms)
         return _Sought(queue, started, stale_ms / 1000)
 
     async def _look_for(self, broker: RedisBroker, sought: dict[str, _Sought], now: int) -> None:
