@@ -14,7 +14,7 @@ for a cluster store (sharded pub/sub), the one place the command changes.
 from __future__ import annotations
 
 from mcp_celery.store.ended import ENDED
-from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX
+from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS
 
 __all__ = [
     "ANSWER",
@@ -111,10 +111,11 @@ return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
 # alive-until (ms), ARGV[3] now (ms), ARGV[4] the STARTED progress (JSON), ARGV[5] '1' if the job
 # may run again after an earlier delivery started it (at-least-once), ARGV[6] how long (ms) the task
 # may have waited since its creation before its record needs a new lifetime (the one set at
-# creation still outlives the job then), then the names of the fields a starting job reads (they
-# include the tool, the creation time, the heartbeat, the outcome, the frozen state and why an
-# earlier heartbeat stopped).
-# Returns those fields' values (as they were); for an MCP task (a record exists) also restarts the
+# creation still outlives the job then).
+# Returns the values (as they were) of the fields a starting job reads, `JOB_FIELDS` in its order
+# (written into the script rather than sent with every call: a job start is on every job's path;
+# they include the tool, the creation time, the heartbeat, the outcome, the frozen state and why an
+# earlier heartbeat stopped); for an MCP task (a record exists) also restarts the
 # record's lifetime if it waited long, beats once, forgets why an earlier run's heartbeat stopped,
 # and shows the job running unless it already has an outcome, except for a second delivery of an
 # at-most-once job, which must not run and changes nothing, and for a task that has ended already
@@ -125,7 +126,7 @@ return redis.call('HGET', KEYS[1], '{FIELD.FINAL}')
 # moment later if the job still runs then (`mcp_celery.worker.heartbeat`); a shorter job's outcome does.
 # The caller scores the task in `live` by the heartbeat's deadline just before.
 JOB_START = f"""
-local names = {{unpack(ARGV, 7)}}
+local names = {{{", ".join(repr(name) for name in JOB_FIELDS)}}}
 local values = redis.call('HMGET', KEYS[1], unpack(names))
 local seen = {{}}
 for i, name in ipairs(names) do seen[name] = values[i] end

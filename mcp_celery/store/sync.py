@@ -49,6 +49,10 @@ def _pairs(items: Mapping[str, str]) -> list[str]:
     return [part for pair in items.items() for part in pair]
 
 
+#: The progress a starting job shows (Celery's STARTED), as JOB_START stores it.
+_STARTED = json.dumps({"status": "STARTED"})
+
+
 class SyncStore(DoorbellWaits, MemberRecords):
     """The worker's view of the store. Its client must have no socket timeout (it blocks on BLPOP)."""
 
@@ -115,13 +119,12 @@ class SyncStore(DoorbellWaits, MemberRecords):
         # expiry stays as it is, one command fewer; JOB_END sets the TTL from the job's end anyway.
         job_limit_s = lifetime - self.lifetimes.live_for(0)
         waited_ok_ms = max((self.lifetimes.live_s - job_limit_s) * 1000 - 60_000, -1)  # -1: renew it always
-        started = json.dumps({"status": "STARTED"})
         again = "1" if may_run_again else ""
 
         def start() -> Any:
             # The heartbeat's deadline counts from this attempt, however long Redis was away.
             alive_until = now_ms() + alive_for_ms
-            args: list[str | int] = [lifetime, alive_until, now_ms(), started, again, waited_ok_ms, *JOB_FIELDS]
+            args: list[str | int] = [lifetime, alive_until, now_ms(), _STARTED, again, waited_ok_ms]
 
             def build(pipe: Any) -> None:
                 pipe.zadd(self.keys.live(), {task_id: alive_until})  # before the script: see Keys.live
