@@ -5,6 +5,7 @@ python -m bench.profile {create,get,sync,e2e,listen,batch} [--seconds S] [--conc
 
 Starts a private Redis, a prefork worker and `mcp-celery serve`, runs the load while `py-spy record`
 samples the server process (and its threads), then prints the top functions by inclusive and by self time
+and mcp-celery's own functions by inclusive time
 (from py-spy's collapsed-stack output) and writes bench/.logs/profile-<what>-<target>.txt (collapsed stacks,
 feed it to any flame graph tool) and profile-<what>-<target>-summary.txt. `--target worker` samples the
 worker and its pool instead; `--target celery-floor` serves the same load from `bench.celery_floor_server`
@@ -51,6 +52,10 @@ def summarize(collapsed: Path, top: int = 40) -> str:
     out += [f"{v / total:6.1%}  {k}" for k, v in incl.most_common(top)]
     out += ["", "self:"]
     out += [f"{v / total:6.1%}  {k}" for k, v in self_.most_common(top)]
+    # What mcp-celery adds, where it is only a small part of the process (the worker under Celery's code).
+    own = [(k, v) for k, v in incl.most_common() if " (mcp_celery/" in k]
+    out += ["", "mcp-celery's own functions, inclusive:"]
+    out += [f"{v / total:6.1%}  {k}" for k, v in own[:top]]
     return "\n".join(out)
 
 
