@@ -7,8 +7,9 @@ Starts a private Redis, a prefork worker and `mcp-celery serve`, runs the load w
 samples the server process (and its threads), then prints the top functions by inclusive and by self time,
 then mcp-celery's own functions by inclusive time (from py-spy's collapsed-stack output), and writes
 bench/.logs/profile-<what>-<target>.txt (collapsed stacks, feed it to any flame graph tool) and
-profile-<what>-<target>-summary.txt. `--target worker` samples the worker and its pool instead; `--target celery-floor` serves the same load from `bench.celery_floor_server`
-(tool `raw_noop`) and samples that server, to set ours beside the least a server in front of Celery pays.
+profile-<what>-<target>-summary.txt. `--target worker` samples the worker and its pool instead;
+`--target celery-floor` serves the same load from `bench.celery_floor_server` (tool `raw_noop`) and samples
+that server, to set ours beside the least a server in front of Celery pays.
 """
 
 from __future__ import annotations
