@@ -40,7 +40,7 @@ from typing import Any
 import redis
 
 from bench.redis_tools import BenchRedis
-from mcp_celery.protocol import now_ms
+from mcp_celery.protocol import TASKS_EXTENSION, now_ms
 from mcp_celery.status import ended_entry, task_view
 from mcp_celery.store.schema import TaskRecord
 
@@ -68,7 +68,7 @@ def new_record(tool: str) -> TaskRecord:
         created_ms=now_ms(),
         ttl_ms=86_400_000,
         poll_ms=1000,
-        capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        capabilities={"extensions": {TASKS_EXTENSION: {}}},
         owner="bench-principal",
     )
 
