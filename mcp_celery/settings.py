@@ -120,6 +120,14 @@ class Settings(BaseSettings):
         gt=0,
         description="Default time a job waits for an answer to an input request (read by workers).",
     )
+    park_after_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a job waits for an answer in its worker process before it parks: the run ends, the "
+        "worker is free, and the answer runs the job again from the top on any worker, answers given before "
+        "returned at once (read by workers; a tool sets its own with park_after_s=, None never parks; 0 parks at "
+        "once).",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="json: one JSON object per log line, with the task id, tool, status change and hashed "

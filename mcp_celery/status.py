@@ -45,14 +45,17 @@ from mcp_celery.store.schema import TaskRecord
 
 __all__ = [
     "CANCELLED_BEFORE_START",
+    "CANCELLED_WHILE_PARKED",
     "CELERY_TO_MCP_STATUS",
     "INFRASTRUCTURE_FAILURES",
     "LOST_AFTER_TAKEN",
     "LOST_HEARTBEAT",
+    "PARKED_TIMEOUT",
     "READY_STATES",
     "WAITING_TO_RUN_AGAIN",
     "TaskView",
     "ended_entry",
+    "ended_without_job",
     "expired",
     "lost_entry",
     "reported_ttl_ms",
@@ -68,6 +71,10 @@ CELERY_TO_MCP_STATUS: dict[str, TaskStatus] = {
 READY_STATES = frozenset(CELERY_TO_MCP_STATUS)
 #: The statusMessage of a task cancelled before its job started (its job never runs).
 CANCELLED_BEFORE_START = "cancelled before the job started"
+#: Cancelled while the job was parked at an open question (`mcp_celery.worker.parking`): it never runs again.
+CANCELLED_WHILE_PARKED = "cancelled while the job was parked, waiting for an answer"
+#: A parked job's question timed out (no worker waits to raise InputTimeout in the job).
+PARKED_TIMEOUT = "no answer to the parked job's question within its input timeout (MCP_CELERY_INPUT_TIMEOUT_S)"
 #: A worker took the job's message (acked it early) and was lost before the job started.
 LOST_AFTER_TAKEN = "the worker that took the job's message was lost before the job started"
 #: A running job's heartbeat ran out (its worker killed whole, its machine lost); `{since}` is when.
@@ -251,9 +258,14 @@ def ended_entry(
 
 def lost_entry(record: TaskRecord, view: TaskView) -> EndedEntry:
     """The ended stream's entry for a task that a reader found lost with its worker (`TaskView.lost`)."""
+    return ended_without_job(record, view, lost=True)
+
+
+def ended_without_job(record: TaskRecord, view: TaskView, *, lost: bool = False) -> EndedEntry:
+    """The ended stream's entry for a task a server ended while no job ran (lost, a parked question timed out)."""
     reason = view.status_message or ""
     return EndedEntry(
-        record.task_id, record.tool, view.status, record.created_ms, view.updated_ms, lost=True, reason=reason
+        record.task_id, record.tool, view.status, record.created_ms, view.updated_ms, lost=lost, reason=reason
     )
 
 

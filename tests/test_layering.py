@@ -52,11 +52,11 @@ def test_the_command_line_loads_each_tier_only_when_its_subcommand_runs() -> Non
 
 
 def test_modules_and_functions_stay_small() -> None:
-    """Small rooms: no module of the package over 400 lines, no function over 50 (docstring excluded)."""
+    """Small rooms: no module of the package over 500 lines, no function over 50 (docstring excluded)."""
     too_long = []
     for path in sorted((ROOT / "mcp_celery").rglob("*.py")):
         source = path.read_text()
-        if source.count("\n") > 400:
+        if source.count("\n") > 500:
             too_long.append(f"{path.relative_to(ROOT)}: {source.count(chr(10))} lines")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -10,7 +10,7 @@ import logging
 from mcp_celery import logs, tracing
 from mcp_celery.server import metrics
 
-__all__ = ["cancel_requested", "created", "settled"]
+__all__ = ["cancel_requested", "created", "resumed", "settled"]
 
 logger = logging.getLogger("mcp_celery.server.service")  # the lines read as the service's, as before
 
@@ -36,3 +36,9 @@ def cancel_requested(task_id: str, tool: str | None, outcome: str) -> None:
     status = "cancelled" if outcome == "unstarted" else None
     fields = logs.task_fields(task_id, tool, status=status, event="cancel")
     logger.info("task %s: cancel requested (%s)", task_id, outcome, extra=fields)
+
+
+def resumed(task_id: str, tool: str, owner: str | None) -> None:
+    """A parked job's last open question was answered and its message sent again (`mcp_celery.worker.parking`)."""
+    fields = logs.task_fields(task_id, tool, principal=owner, status="working", event="resumed")
+    logger.info("task %s: answered while parked; the job runs again", task_id, extra=fields)

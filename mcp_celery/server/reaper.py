@@ -46,7 +46,7 @@ from mcp_celery import logs
 from mcp_celery.binding import queue_of
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.broker import NOWHERE, STALE, RedisBroker
-from mcp_celery.status import TaskView, lost_entry
+from mcp_celery.status import PARKED_TIMEOUT, TaskView, ended_without_job, lost_entry
 
 if TYPE_CHECKING:
     from mcp_celery.server.service import TaskService
@@ -95,7 +95,10 @@ class Reaper:
         marks = await store.job_marks(overdue)
         done = [task_id for task_id in overdue if task_id not in marks]
         sought: dict[str, _Sought] = {}
-        for task_id, (tool, alive_ms, taken_ms) in marks.items():
+        for task_id, (tool, alive_ms, taken_ms, parked_ms) in marks.items():
+            if parked_ms is not None:  # no job runs: the question's timeout is the one deadline
+                await self._parked(task_id, parked_ms, now)
+                continue
             # The job's heartbeat, or before the job starts the beat of the worker that took its message.
             deadline = alive_ms if alive_ms is not None else taken_ms
             if deadline is not None and deadline > now:
@@ -112,6 +115,21 @@ class Reaper:
         if sought and self.broker is not None:
             await self._look_for(self.broker, sought, now)
         self._missing = {k: v for k, v in self._missing.items() if now - v < 10 * self.check_ms}
+
+    async def _parked(self, task_id: str, until_ms: int, now: int) -> None:
+        """A parked job's question: looked at again when it times out; timed out, the task ends failed."""
+        if until_ms > now:
+            await self.service.store.recheck([task_id], until_ms)
+            return
+        found = await self.service.read_view(task_id)
+        if found is not None and not found[1].terminal and found[0].parked_until_ms is not None:
+            record = found[0]
+            fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="timeout")
+            logger.warning("task %s: %s", task_id, PARKED_TIMEOUT, extra=fields)
+            error = {"code": INTERNAL_ERROR, "message": PARKED_TIMEOUT}
+            view = TaskView("failed", until_ms, PARKED_TIMEOUT, error=error)
+            await self.service.store.freeze(task_id, view.to_json(), ended=ended_without_job(record, view))
+        await self.service.store.forget_live([task_id])
 
     async def _settled(self, task_id: str) -> bool:
         """Read the task (freezing it if its worker is lost); True once nothing more is to be watched."""

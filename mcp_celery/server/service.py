@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from kombu.utils import json as kombu_json
 from mcp.shared.exceptions import MCPError
 from redis.exceptions import RedisError
 
@@ -39,7 +40,7 @@ from mcp_celery.server.diagnostics import report_on_signal
 from mcp_celery.server.events import TaskEvents
 from mcp_celery.server.publish import Publisher
 from mcp_celery.server.reaper import Reaper
-from mcp_celery.status import CANCELLED_BEFORE_START, TaskView, expired, lost_entry, task_view
+from mcp_celery.status import CANCELLED_BEFORE_START, CANCELLED_WHILE_PARKED, TaskView, expired, lost_entry, task_view
 from mcp_celery.store.aio import AsyncStore, NotReplicated
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.schema import TaskRecord
@@ -355,20 +356,40 @@ class TaskService:
                 rejected[key] = reason
                 continue
             valid[key] = json.dumps(answer)
-        taken = await self.store.answer(record.task_id, valid, now_ms(), record.parent) if valid else []
+        taken, resume = await self.store.answer(record.task_id, valid, now_ms(), record.parent) if valid else ([], None)
+        if resume is not None:
+            await self._resume(record, resume)
         ignored += [key for key in valid if key not in taken]  # answered meanwhile by someone else
         still_open = sorted(key for key in record.inputs if key not in taken)
         return Answered(taken=sorted(taken), rejected=rejected, ignored=sorted(ignored), still_open=still_open)
+
+    async def _resume(self, record: TaskRecord, signature: str) -> None:
+        """Send a parked job's own message again (`mcp_celery.worker.parking`): it runs on any worker.
+
+        Watched as a new task's message is (the reaper looks for it `queue_check_s` later). The answers
+        are stored already; should the broker refuse the message, the task reads `working` until the
+        reaper, finding no message, ends it failed, as for a message lost before any worker took it.
+        """
+        await self.store.resumed(record.task_id, self.first_check_ms(now_ms()))
+        app = self.binding.app
+        try:
+            await anyio.to_thread.run_sync(lambda: app.signature(kombu_json.loads(signature)).apply_async())
+        except Exception:
+            logger.exception("task %s: could not send the parked job's message again", record.task_id)
+            raise
+        observe.resumed(record.task_id, record.tool, record.owner)
 
     async def cancel_task(self, found: Found) -> None:
         """`tasks/cancel`: cancel a live task once; a finished or already cancelled one is left as it is."""
         record, view = found
         if not view.terminal and record.cancel_ms is None:
-            await self.cancel(record.task_id, self.tools.get(record.tool))
+            await self.cancel(record.task_id, self.tools.get(record.tool), parked=record.parked_until_ms is not None)
             if record.workflow is not None:
                 await self.read_view(record.task_id)  # its members are cancelled now, not at the next read
 
-    async def cancel(self, task_id: str, spec: ToolSpec | None, *, channel: str | None = None) -> None:
+    async def cancel(
+        self, task_id: str, spec: ToolSpec | None, *, channel: str | None = None, parked: bool = False
+    ) -> None:
         """Cancel the task: at once if its job has not started, else through the flag the job checks;
         `channel`: the task whose listeners hear of it (a workflow member's: its MCP task's).
 
@@ -376,7 +397,9 @@ class TaskService:
             NotReplicated: recorded, but not on enough replicas in time (the request handler says so).
         """
         now = now_ms()
-        before_start = TaskView("cancelled", now, CANCELLED_BEFORE_START).to_json()
+        # A parked job (no heartbeat) is cancelled as one not started is: at once, and never run again.
+        message = CANCELLED_WHILE_PARKED if parked else CANCELLED_BEFORE_START
+        before_start = TaskView("cancelled", now, message).to_json()
         outcome = await self.store.request_cancel(task_id, now, before_start, channel)
         if outcome is None or outcome == "ended":
             return

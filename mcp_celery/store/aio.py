@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from mcp_celery.store import scripts
 from mcp_celery.store.commands import AsyncPipelined, is_cluster, publish_command, queue_script
@@ -26,7 +26,7 @@ from mcp_celery.store.ended import STREAM_MAXLEN, EndedEntry
 from mcp_celery.store.replication import NotOnPrimary, NotReplicated, check_replicas, queue_wait
 from mcp_celery.store.schema import FIELD, Durability, Keys, Lifetimes, TaskRecord, as_text, decode_hash
 
-__all__ = ["AsyncStore", "CancelOutcome", "NotReplicated"]
+__all__ = ["AsyncStore", "CancelOutcome", "JobMarks", "NotReplicated"]
 
 #: What a cancel found: a job not started yet (now cancelled), a started one (told), or an ended task.
 CancelOutcome = Literal["unstarted", "started", "ended"]
@@ -34,6 +34,15 @@ CancelOutcome = Literal["unstarted", "started", "ended"]
 
 def _pairs(items: Mapping[str, str]) -> list[str]:
     return [part for pair in items.items() for part in pair]
+
+
+class JobMarks(NamedTuple):
+    """What the reaper reads of a watched task: its tool and its deadlines (ms; None: not set)."""
+
+    tool: str
+    alive_ms: int | None
+    taken_ms: int | None
+    parked_ms: int | None
 
 
 class AsyncStore:
@@ -154,8 +163,10 @@ class AsyncStore:
 
     async def answer(
         self, task_id: str, answers: Mapping[str, str], now_ms: int, channel: str | None = None
-    ) -> list[str]:
-        """Store answers to outstanding requests and wake the job; returns the keys taken (still outstanding).
+    ) -> tuple[list[str], str | None]:
+        """Store answers to outstanding requests and wake the job; returns the keys taken (still
+        outstanding), and the signature that resumes the job (kombu JSON) when it was parked and
+        this call answered its last open request: the caller sends it (`resumed`).
 
         `channel`: the task whose listeners hear of it (a workflow member's: its MCP task's).
 
@@ -164,10 +175,17 @@ class AsyncStore:
         """
         keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.bell(task_id)]
         keys.append(self.keys.events(channel or task_id))
-        taken = await self._replicated(
+        taken, resume = await self._replicated(
             "the answer", self._answer, keys, [now_ms, self.lifetimes.live_s, *_pairs(answers)]
         )
-        return [as_text(key) for key in taken]
+        return [as_text(key) for key in taken], None if resume is None else as_text(resume)
+
+    async def resumed(self, task_id: str, check_at_ms: int | None) -> None:
+        """A parked job's message is sent again: watch for it as for a new task's (the reaper's first look)."""
+        if check_at_ms is None:
+            await self.forget_live([task_id])  # no queue to look into: nothing to watch until the job starts
+        else:
+            await self.redis.zadd(self.keys.live(), {task_id: check_at_ms})
 
     async def request_cancel(
         self, task_id: str, now_ms: int, cancelled_before_start: str, channel: str | None = None
@@ -248,16 +266,17 @@ class AsyncStore:
         found = await self.redis.zrangebyscore(self.keys.live(), "-inf", now_ms, start=0, num=limit)
         return [as_text(task_id) for task_id in found if isinstance(task_id, bytes | str)]
 
-    async def job_marks(self, task_ids: list[str]) -> dict[str, tuple[str, int | None, int | None]]:
-        """Each task's tool, heartbeat deadline (None: no job started yet) and `taken` deadline (None:
-        no worker has taken its message, or the job started); one round trip, no record: left out."""
+    async def job_marks(self, task_ids: list[str]) -> dict[str, JobMarks]:
+        """Each task's tool, heartbeat deadline (None: no job started yet), `taken` deadline (None: no
+        worker has taken its message, or the job started) and parked deadline (None: not parked); one
+        round trip, no record: left out."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for task_id in task_ids:
-                pipe.hmget(self.keys.task(task_id), [FIELD.TOOL, FIELD.ALIVE_UNTIL, FIELD.TAKEN])
+                pipe.hmget(self.keys.task(task_id), [FIELD.TOOL, FIELD.ALIVE_UNTIL, FIELD.TAKEN, FIELD.PARKED])
             replies = await pipe.execute()
         return {
-            task_id: (as_text(tool), int(alive) if alive else None, int(taken) if taken else None)
-            for task_id, (tool, alive, taken) in zip(task_ids, replies, strict=True)
+            task_id: JobMarks(as_text(tool), *(int(mark) if mark else None for mark in marks))
+            for task_id, (tool, *marks) in zip(task_ids, replies, strict=True)
             if tool is not None
         }
 

@@ -35,8 +35,9 @@ The worker writes how the job is doing into the record, in the shape of Celery's
 `outcome` once it ended (SUCCESS, FAILURE, REVOKED; the first outcome wins). Beside that, the
 record says what Celery cannot: that the task exists at all (a queued and an unknown id both read
 PENDING in Celery), when it was created, its TTL, the client's capabilities, its owner, a cancel
-request, outstanding input requests and, once a terminal state has been observed, that state
-frozen for ever. Every change a reader can see is PUBLISHed on the task's `events` channel.
+request, outstanding input requests, whether the job is parked at one (and the message that
+resumes it) and, once a terminal state has been observed, that state frozen for ever. Every change
+a reader can see is PUBLISHed on the task's `events` channel.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ class FIELD:
     WORKFLOW = "workflow"
     #: Set once the workflow's merge step has been launched (whoever launches it first).
     MERGING = "merging"
+    #: On a parked task (its job ended its run at an open question, `mcp_celery.worker.parking`): when
+    #: the question times out (ms). The answer that closes the last open request removes it and resumes.
+    PARKED = "parked"
+    #: The Celery signature (kombu JSON) that runs a parked job again: its own message, sent once more.
+    RESUME = "resume"
 
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
@@ -270,6 +276,7 @@ class TaskRecord:
     first_answers: dict[str, Any] = field(default_factory=lambda: {})
     parent: str | None = None
     workflow: str | None = None
+    parked_until_ms: int | None = None
 
     def to_hash(self) -> dict[str, str]:
         """Fields written when the task is created (the rest are written as it runs)."""
@@ -320,6 +327,7 @@ class TaskRecord:
             first_answers=json.loads(raw.get(FIELD.FIRST_ANSWERS) or "{}"),
             parent=raw.get(FIELD.PARENT) or None,
             workflow=raw.get(FIELD.WORKFLOW) or None,
+            parked_until_ms=_int_or_none(raw.get(FIELD.PARKED)),
         )
 
     @property

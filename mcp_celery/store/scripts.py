@@ -25,6 +25,7 @@ __all__ = [
     "JOB_START",
     "LAUNCH",
     "LOST",
+    "PARK",
     "POST_INPUTS",
     "PROGRESS",
     "TAKEN",
@@ -40,7 +41,10 @@ def publishing(script: str, command: str) -> str:
 # KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list, KEYS[4] the task's event channel.
 # ARGV[1] now (ms), ARGV[2] expiry of answers and bell (s), then key/answer pairs.
 # Stores each answer whose key is still outstanding (first answer wins), removes the key
-# from the outstanding set, rings the bell once and tells listeners. Returns the keys taken.
+# from the outstanding set, rings the bell once and tells listeners. A parked job (`FIELD.PARKED`)
+# whose last open request this call answered is unparked here, once whoever answers (so two racing
+# answers resume it once), its record given a live job's lifetime again: the caller sends its
+# message. Returns {the keys taken, the resume signature or false}.
 ANSWER = f"""
 local taken = {{}}
 for i = 3, #ARGV, 2 do
@@ -49,14 +53,26 @@ for i = 3, #ARGV, 2 do
     taken[#taken + 1] = ARGV[i]
   end
 end
+local resume = false
 if #taken > 0 then
   redis.call('HSET', KEYS[1], '{FIELD.UPDATED}', ARGV[1])
   redis.call('LPUSH', KEYS[3], 'answer')
   redis.call('EXPIRE', KEYS[2], ARGV[2])
   redis.call('EXPIRE', KEYS[3], ARGV[2])
   redis.call('PUBLISH', KEYS[4], 'answer')
+  if redis.call('HEXISTS', KEYS[1], '{FIELD.PARKED}') == 1 then
+    local open = false
+    for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.sub(name, 1, {len(INPUT_FIELD_PREFIX)}) == '{INPUT_FIELD_PREFIX}' then open = true break end
+    end
+    if not open then
+      redis.call('HDEL', KEYS[1], '{FIELD.PARKED}')
+      redis.call('EXPIRE', KEYS[1], ARGV[2])
+      resume = redis.call('HGET', KEYS[1], '{FIELD.RESUME}') or false
+    end
+  end
 end
-return taken
+return {{taken, resume}}
 """
 
 # KEYS[1] task hash, KEYS[2] bell list, KEYS[3] the task's event channel.
@@ -198,10 +214,11 @@ return 0
 
 # KEYS[1] task hash. ARGV[1] alive-until (ms).
 # A running job's heartbeat: pushes its deadline forward, but never brings back a record that
-# has expired (an HSET would create a hash without the record's fields or expiry). The caller
-# scores the task in `live` by the same deadline just before.
+# has expired (an HSET would create a hash without the record's fields or expiry), nor a heartbeat
+# to a job that has just parked (a beat in flight as it parks). The caller scores the task in `live`
+# by the same deadline just before.
 BEAT = f"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], '{FIELD.PARKED}') == 1 then return 0 end
 redis.call('HSET', KEYS[1], '{FIELD.ALIVE_UNTIL}', ARGV[1])
 return 1
 """
@@ -260,4 +277,29 @@ if not seen[1] or seen[2] or seen[3] then return 0 end
 redis.call('HSET', KEYS[1], '{FIELD.WORKFLOW}', ARGV[1])
 redis.call('PUBLISH', KEYS[2], 'workflow')
 return 1
+"""
+
+# KEYS[1] task hash, KEYS[2] answers hash, KEYS[3] bell list. ARGV[1] when the question times out
+# (ms), ARGV[2] the signature that resumes the job (JSON), ARGV[3] the record's lifetime (s), then
+# the wire keys the job waits for.
+# A job parks at its open question (`mcp_celery.worker.parking`), atomic with ANSWER and CANCEL:
+# refused ('cancel') once the task is cancelled or has ended, and ('answered') when every key was
+# answered meanwhile (the job reads the answers and goes on). Else the task keeps its input requests
+# and no job: no heartbeat (a parked task is not a lost one, and its resumed message may start the job
+# again), no `taken` mark, no note of a lost run; a `retry_on_worker_loss` job's run is not counted
+# twice (park and resume are one run); the record lives until the question times out, then a live
+# task's lifetime. The caller scores the task in `live` by the timeout, in the same pipeline.
+PARK = f"""
+local seen = redis.call('HMGET', KEYS[1], '{FIELD.TOOL}', '{FIELD.CANCEL}', '{FIELD.FINAL}', '{FIELD.OUTCOME}')
+if not seen[1] or seen[2] or seen[3] or seen[4] then return 'cancel' end
+local open = false
+for i = 4, #ARGV do
+  if redis.call('HEXISTS', KEYS[1], '{INPUT_FIELD_PREFIX}' .. ARGV[i]) == 1 then open = true end
+end
+if not open then return 'answered' end
+redis.call('HSET', KEYS[1], '{FIELD.PARKED}', ARGV[1], '{FIELD.RESUME}', ARGV[2])
+redis.call('HDEL', KEYS[1], '{FIELD.ALIVE_UNTIL}', '{FIELD.TAKEN}', '{FIELD.LOST}')
+if redis.call('HEXISTS', KEYS[1], '{FIELD.RUNS}') == 1 then redis.call('HINCRBY', KEYS[1], '{FIELD.RUNS}', -1) end
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return 'parked'
 """

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Literal, cast
 
 import redis
 
@@ -40,7 +40,7 @@ from mcp_celery.store.schema import (
 from mcp_celery.store.sync_members import MemberRecords
 from mcp_celery.store.sync_waits import AnswerWait, DoorbellWaits
 
-__all__ = ["MIN_BLOCK_S", "AnswerWait", "SyncStore"]
+__all__ = ["MEMO_PREFIX", "MIN_BLOCK_S", "AnswerWait", "ParkOutcome", "SyncStore"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,12 @@ logger = logging.getLogger(__name__)
 def _pairs(items: Mapping[str, str]) -> list[str]:
     return [part for pair in items.items() for part in pair]
 
+
+#: The answers-hash field prefix of `JobContext.once`'s values (`JobContext.ask` refuses request keys with it).
+MEMO_PREFIX = "once:"
+
+#: What parking found: the job parked, every request answered meanwhile, or the task cancelled (or ended).
+ParkOutcome = Literal["parked", "answered", "cancel"]
 
 #: The progress a starting job shows (Celery's STARTED), as JOB_START stores it.
 _STARTED = json.dumps({"status": "STARTED"})
@@ -76,6 +82,7 @@ class SyncStore(DoorbellWaits, MemberRecords):
         self._launch = self._script(scripts.LAUNCH)
         self._freeze = self._script(scripts.FREEZE)
         self._cancel = self._script(scripts.CANCEL)
+        self._park = self._script(scripts.PARK)
         self._pipelined = SyncPipelined(
             client,
             [
@@ -87,6 +94,7 @@ class SyncStore(DoorbellWaits, MemberRecords):
                 self._progress,
                 self._cancel,
                 self._post,
+                self._park,
             ],
         )
 
@@ -254,6 +262,42 @@ class SyncStore(DoorbellWaits, MemberRecords):
         )
         answers = {k: as_text(v) for k, v in zip(requests, reply[1:], strict=True) if v}
         return bool(reply[0]), answers
+
+    def park(self, task_id: str, wire_keys: list[str], until_ms: int, resume: str) -> ParkOutcome:
+        """Park the job at its open question (the PARK script): 'parked', 'answered' or 'cancel'.
+
+        `until_ms`: when the question times out; `resume`: the signature that runs the job again.
+        Tried again for up to two minutes while Redis is unreachable, as the question was posted.
+        """
+        keys = [self.keys.task(task_id), self.keys.answers(task_id), self.keys.bell(task_id)]
+        lifetime = self.lifetimes.live_s + max(until_ms - now_ms(), 0) // 1000
+        args: list[str | int] = [until_ms, resume, lifetime, *wire_keys]
+
+        def build(pipe: Any) -> None:
+            pipe.zadd(self.keys.live(), {task_id: until_ms})  # before the script: see Keys.live
+            queue_script(pipe, self._park, keys, args)
+
+        reply = while_unreachable(task_id, "as the job parks", lambda: self._replicated("the park", build)[1])
+        return cast(ParkOutcome, as_text(reply))
+
+    def memo(self, task_id: str, key: str) -> str | None:
+        """The value `JobContext.once` stored under `key` for this task (JSON), or None."""
+        value = self.redis.hget(self.keys.answers(task_id), MEMO_PREFIX + key)
+        return None if value is None else as_text(value)
+
+    def remember(self, task_id: str, key: str, value: str) -> str:
+        """Store `once`'s value under `key` unless one is stored (the first wins); returns the stored one.
+
+        Kept with the answers, which live as long as the record (the job's end expires them with it).
+        """
+        name, field = self.keys.answers(task_id), MEMO_PREFIX + key
+
+        def build(pipe: Any) -> None:
+            pipe.hsetnx(name, field, value)
+            pipe.expire(name, self.lifetimes.live_s)
+            pipe.hget(name, field)
+
+        return as_text(self._replicated("the memo", build)[2])
 
     def job_ended(
         self,

@@ -50,10 +50,13 @@ class DoorbellWaits:
             logger.warning("task %s: Redis unreachable; cancel checked again at the next checkpoint", task_id)
             return False
 
-    def wait_for_answers(self, task_id: str, wire_keys: list[str], timeout_s: float) -> AnswerWait:
+    def wait_for_answers(
+        self, task_id: str, wire_keys: list[str], timeout_s: float, *, withdraw: bool = True
+    ) -> AnswerWait:
         """Block until every key is answered, the task is cancelled, or `timeout_s` passes.
 
-        On timeout the unanswered requests are withdrawn from the record; an answer acked to
+        Without `withdraw` (the job parks next) a timeout only says which keys are missing. With it,
+        on timeout the unanswered requests are withdrawn from the record; an answer acked to
         the client in the instant before that is still kept. The timeout stands only once Redis took
         the withdrawal (and, with `Durability.min_replicas`, its replicas did): until then, for up to
         `OUTCOME_RETRY_S` past it, an answer may still have been acknowledged, so the wait goes on.
@@ -64,6 +67,8 @@ class DoorbellWaits:
                 rang = self._wait_bell(task_id, deadline - time.monotonic())
                 cancel, answers = self._poll_answers(task_id, wire_keys)
                 if not cancel and len(answers) < len(wire_keys) and not rang and time.monotonic() >= deadline:
+                    if not withdraw:
+                        return AnswerWait(answers, missing=tuple(sorted(set(wire_keys) - set(answers))))
                     self._withdraw_inputs(task_id, [k for k in wire_keys if k not in answers])
                     cancel, answers = self._poll_answers(task_id, wire_keys)
                     if not cancel and len(answers) < len(wire_keys):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, overload
 
 from celery import Signature, chord
 from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
@@ -33,8 +33,8 @@ from mcp_celery.inputs import (
 from mcp_celery.protocol import now_ms
 from mcp_celery.status import READY_STATES
 from mcp_celery.store.schema import TaskRecord
-from mcp_celery.store.sync import SyncStore
-from mcp_celery.worker import workflow
+from mcp_celery.store.sync import MEMO_PREFIX, AnswerWait, SyncStore
+from mcp_celery.worker import parking, workflow
 from mcp_celery.worker.heartbeat import Heartbeat
 from mcp_celery.workflows import FailurePolicy
 
@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 INPUT_REQUIRED_STATE = "INPUT_REQUIRED"
 #: At most one progress event per task this often: jobs may call status() in a tight loop.
 PROGRESS_EVENT_INTERVAL_S = 0.5
+
+T = TypeVar("T")
 
 _current: ContextVar[JobContext | None] = ContextVar("mcp_celery_job_context", default=None)
 
@@ -86,6 +88,7 @@ class JobContext:
         input_timeout_s: float,
         queue_check_s: float | None = None,
         heartbeat: Heartbeat | None = None,
+        park_after_s: float | None = None,
     ) -> None:
         self._task = task
         self._heartbeat = heartbeat
@@ -94,6 +97,8 @@ class JobContext:
         self._store = store
         self._record = record
         self._input_timeout_s = input_timeout_s
+        # None: the job waits in its process for as long as the question's timeout (never parks).
+        self._park_after_s = park_after_s
         self._queue_check_s = queue_check_s
         # A workflow member's changes go to its MCP task's listeners.
         self._channel = None if record is None else record.parent
@@ -330,6 +335,8 @@ class JobContext:
             )
         if not requests:
             raise ValueError("ask() needs at least one request")
+        if clash := [name for name in requests if name.startswith(MEMO_PREFIX)]:
+            raise ValueError(f"request keys may not start with {MEMO_PREFIX!r} (once() keeps its values so): {clash}")
         for name, request in requests.items():
             reason = missing_capability(request, self._record.capabilities)
             # A task created without the extension is answered through the task_respond tool (by the
@@ -347,9 +354,7 @@ class JobContext:
         if self._heartbeat is not None:
             self._heartbeat.waiting(self.task_id, since)  # the worker's beats say so (`mcp-celery top`)
         try:
-            outcome = self._store.wait_for_answers(
-                self.task_id, keys, self._input_timeout_s if timeout is None else timeout
-            )
+            outcome = self._wait_or_park(keys, self._input_timeout_s if timeout is None else timeout, since)
         finally:
             if self._heartbeat is not None:
                 self._heartbeat.waiting(self.task_id, None)
@@ -364,6 +369,48 @@ class JobContext:
         # plain task-started for a late, out-of-order event: the explicit state field overrides it.
         self._send_event("task-started", state="STARTED", result="running")
         return outcome.answers
+
+    def _wait_or_park(self, keys: list[str], timeout_s: float, since: int) -> AnswerWait:
+        """Wait for the answers in this process for the park window at most, then park (`parking`).
+
+        Raises:
+            JobParked: the job parked; its run ends, and the answer runs it again.
+        """
+        window = self._park_after_s
+        if window is None or window >= timeout_s:
+            return self._store.wait_for_answers(self.task_id, keys, timeout_s)
+        outcome = self._store.wait_for_answers(self.task_id, keys, window, withdraw=False)
+        if not outcome.missing:
+            return outcome
+        until_ms = since + int(timeout_s * 1000)
+        parked = self._store.park(self.task_id, keys, until_ms, parking.resume_signature(self._task))
+        if parked == "cancel":
+            raise TaskCancelled(self.task_id)
+        if parked == "parked":
+            logger.info("task %s: parked until answered", self.task_id, extra=self._fields("input_required", "parked"))
+            raise parking.JobParked(self.task_id)
+        # Answered between the window's end and the park: the answers are stored, read at once.
+        return self._store.wait_for_answers(self.task_id, keys, 0)
+
+    def once(self, key: str, fn: Callable[[], T]) -> T:
+        """Run `fn()` the first time this task gets here, and return its (JSON-serialisable) result.
+
+        The result is stored with the task: when the job runs again (resumed after it parked at a
+        question, or redelivered after its worker was lost), `once` returns it without calling `fn`.
+        Code before a question that is not inside `once` runs again then. Detached (a job not started
+        through MCP), `fn()` is simply called.
+
+        Raises:
+            TypeError: the result cannot be stored as JSON.
+        """
+        if self._record is None:
+            return fn()
+        stored = self._store.memo(self.task_id, key)
+        if stored is not None:
+            return cast(T, json.loads(stored))
+        value = fn()
+        self._asked = True  # the task owns a memo hash now, to expire with its record
+        return cast(T, json.loads(self._store.remember(self.task_id, key, json.dumps(value))))
 
     @property
     def log_fields(self) -> dict[str, str]:

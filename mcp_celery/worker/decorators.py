@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import pydantic
 import pydantic_core
@@ -23,11 +23,14 @@ from mcp_celery.task_options import tool_defined
 from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
 from mcp_celery.worker.context import JobContext, current_context
 from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, WRAPPED, is_tool_task, run_job
+from mcp_celery.worker.parking import PARK_AFTER_ATTRIBUTE, check_park_after
 from mcp_celery.workflows import WorkflowSummary
 
 __all__ = ["expose", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: A tool's park window: seconds, None (never parks) or "setting" (the park_after_s setting).
+ParkAfter = float | None | Literal["setting"]
 
 #: How many times `retry_on_worker_loss=True` lets a job run again after losing its worker.
 DEFAULT_RERUNS = 3
@@ -49,6 +52,7 @@ def tool(
     ask_first: AskFirst | None = None,
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
+    park_after_s: ParkAfter = "setting",
     workflow_summary: WorkflowSummary | None = None,
     **task_options: Any,
 ) -> Callable[[F], F]: ...
@@ -65,6 +69,7 @@ def tool(
     ask_first: AskFirst | None = None,
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
+    park_after_s: ParkAfter = "setting",
     workflow_summary: WorkflowSummary | None = None,
     **task_options: Any,
 ) -> Any:
@@ -93,6 +98,11 @@ def tool(
         inline_s: how long a call from a client without the tasks extension waits for the job
             before it answers with a task handle (the job runs on); default the inline_s setting
             (MCP_CELERY_INLINE_S, 20 s).
+        park_after_s: how long a question waits for its answer in the worker process before the
+            job parks (its run ends and frees the process; the answer runs it again from the top
+            on any worker, see `JobContext.once`): "setting" (the default) for the park_after_s
+            setting (MCP_CELERY_PARK_AFTER_S, 30 s), 0 to park at once, None never to park (for a
+            job that holds something it cannot give back).
         workflow_summary: for a job that hands its task over to a workflow (`ctx.run_workflow`):
             the task's statusMessage while it runs, from its members (`MemberStatus` each; None or
             "" for the default `3/8 done, 2 running`).
@@ -124,6 +134,7 @@ def tool(
             _deliver_at_least_once(tool_name, options, retry_on_worker_loss)
         given = frozenset(option for option, value in options.items() if value is not None)
         celery_task, model, context_param, output = _job_task(app, func, tool_name, options)
+        _set_park_after(celery_task, tool_name, park_after_s)
         spec = ToolSpec(
             name=tool_name,
             celery_task=celery_task,
@@ -184,15 +195,16 @@ def expose(
     terminate_on_cancel: bool = False,
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
+    park_after_s: ParkAfter = "setting",
 ) -> Task[Any, Any]:
     """Expose an existing Celery task as an MCP tool, its code unchanged.
 
     Its parameters become the input schema (a bound task's `self` is skipped); progress it
     reports with `self.update_state(state=..., meta={...})` shows as `statusMessage`.
     Inside it, `mcp_celery.current_context()` returns the JobContext when called through MCP.
-    `retry_on_worker_loss=True` makes its delivery at-least-once, and `inline_s` sets its inline
-    window, as for `tool`. The tool's name is the last segment of the Celery task's name
-    (`proj.tasks.add` is `add`) unless `name=` is given.
+    `retry_on_worker_loss=True` makes its delivery at-least-once, `inline_s` sets its inline
+    window and `park_after_s` its park window, as for `tool`. The tool's name is the last segment
+    of the Celery task's name (`proj.tasks.add` is `add`) unless `name=` is given.
 
     Raises:
         ToolDefinitionError: as for `tool`.
@@ -203,6 +215,7 @@ def expose(
         _deliver_at_least_once(tool_name, options, retry_on_worker_loss)
         for option, value in options.items():
             setattr(celery_task, option, value)
+    _set_park_after(celery_task, tool_name, park_after_s)
     run = celery_task.run
     skip = ("self",) if getattr(celery_task, "bind", False) or _is_bound(run) else ()
     model, _, output = build_input_model(_unbound(run), tool_name, skip=skip, context_type=None)
@@ -219,6 +232,12 @@ def expose(
     )
     _register(celery_task.app, spec)
     return celery_task
+
+
+def _set_park_after(celery_task: Task[Any, Any], tool_name: str, park_after_s: ParkAfter) -> None:
+    """Give the tool's job its own park window (`mcp_celery.worker.parking`); "setting": the setting's."""
+    if park_after_s != "setting":
+        setattr(celery_task, PARK_AFTER_ATTRIBUTE, check_park_after(tool_name, park_after_s))
 
 
 def _deliver_at_least_once(tool_name: str, task_options: dict[str, Any], reruns: bool | int) -> None:

@@ -30,7 +30,7 @@ from mcp_celery.status import ended_entry
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Lifetimes, TaskRecord
 from mcp_celery.store.sync import SyncStore
-from mcp_celery.worker import outcome
+from mcp_celery.worker import outcome, parking
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
 from mcp_celery.worker.heartbeat import Heartbeat
@@ -77,6 +77,7 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
         input_timeout_s=settings.input_timeout_s,
         queue_check_s=queue_check_s,
         heartbeat=heartbeat,
+        park_after_s=None if record.sync else parking.park_after_s(celery_task, settings.park_after_s),
     )
     heartbeat.node = heartbeat.node or str(celery_task.request.hostname or "")
     # Its listeners hear of the start from the heartbeat, unless an earlier delivery's outcome stands.
@@ -109,7 +110,7 @@ def _run_attached(
 ) -> Any:
     """Run the job's body in its context, then store how it ended (or that it handed over to a workflow)."""
     ended: dict[str, Any] | None = None
-    interrupted = False
+    interrupted = parked = False
     handed_over: WorkflowStarted | None = None
     with activate(ctx):
         try:
@@ -127,6 +128,11 @@ def _run_attached(
         except TaskCancelled:
             ended = outcome.revoked("cancelled by client")
             _mark_cancelled(celery_task, "cancelled by client")
+        except parking.JobParked:
+            # The run ends at its open question; the answer sends the message again. Ignore: Celery acks
+            # the message and stores nothing over the INPUT_REQUIRED state the question left.
+            parked = True
+            raise Ignore("parked at an open question") from None
         except Retry:
             store.progress(record.task_id, {"status": "RETRY"}, record.parent)  # the job runs again later
             raise
@@ -142,7 +148,9 @@ def _run_attached(
             interrupted = True
             raise
         finally:
-            if handed_over is not None:
+            if parked:
+                heartbeat.discard(record.task_id)  # the record has no heartbeat now (PARK)
+            elif handed_over is not None:
                 heartbeat.discard(record.task_id)
                 store.handed_over(record.task_id, str(handed_over))
             else:

@@ -1,0 +1,233 @@
+"""Questions that wait for people park the job (`mcp_celery.worker.parking`), on a prefork worker at -c 1.
+
+A parked job holds no worker process: twenty jobs that ask at once are all `input_required` while the
+one worker process runs a job with no question; the answers run them again from the top on any
+worker (one started after the first was SIGTERMed and a second SIGKILLed, half the answers given while
+no worker ran), each with its own answer, and the step each wraps in `ctx.once` ran once.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from mcp_celery._processes import wait_for
+from tests import parking_jobs
+from tests.support import HttpClient, Process, caps, start_http_server, start_worker
+
+ELICIT = caps(elicitation={})
+APP = "tests.parking_jobs"
+
+
+def counted(marker: str, step: str) -> int:
+    return int(parking_jobs.markers.get(f"{marker}:{step}") or 0)
+
+
+@pytest.fixture(scope="module")
+def parking_env(env: dict[str, str]) -> dict[str, str]:
+    for url in (parking_jobs.BROKER, parking_jobs.BACKEND):
+        redis.Redis.from_url(url).flushdb()
+    # The store is the results' Redis; other passes' store settings do not apply to this app's own.
+    own = {k: v for k, v in env.items() if k != "MCP_CELERY_REDIS_URL"}
+    return {**own, "PARKING_BROKER_URL": parking_jobs.BROKER, "PARKING_BACKEND_URL": parking_jobs.BACKEND}
+
+
+@pytest.fixture(scope="module")
+def server(parking_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url, proc = start_http_server(parking_env, tmp_path_factory.mktemp("parking") / "server.log", app=APP)
+    yield url
+    proc.stop()
+
+
+@pytest.fixture
+def client(server: str) -> Iterator[HttpClient]:
+    c = HttpClient(server)
+    yield c
+    c.close()
+
+
+def one_worker(parking_env: dict[str, str], log: Path) -> Process:
+    return start_worker(parking_env, log, app=APP, name=f"park-{uuid.uuid4().hex[:8]}", concurrency=1)
+
+
+def start(client: HttpClient, tool: str, **arguments: Any) -> str:
+    return client.start(tool, arguments, elicitation={})
+
+
+def key_of(task: dict[str, Any]) -> str:
+    (key,) = task["inputRequests"]
+    return str(key)
+
+
+def answer(client: HttpClient, task_id: str, approve: bool) -> None:
+    task = client.get(task_id)
+    assert task["status"] == "input_required", task
+    reply = client.result(
+        "tasks/update",
+        {"taskId": task_id, "inputResponses": {key_of(task): {"action": "accept", "content": {"approve": approve}}}},
+        capabilities=ELICIT,
+    )
+    assert reply["resultType"] == "complete", reply
+
+
+def wait_status(client: HttpClient, task_id: str, statuses: set[str], timeout: float = 30) -> dict[str, Any]:
+    return wait_for(
+        lambda: t if (t := client.get(task_id))["status"] in statuses else None, timeout, 0.05, f"{task_id} {statuses}"
+    )
+
+
+def parked(task_id: str) -> bool:
+    """Whether the task's job is parked now (its record says so: `FIELD.PARKED`)."""
+    return bool(parking_jobs.markers.hexists(f"mcp-celery:task:{{{task_id}}}", "parked"))
+
+
+def asking_parked(client: HttpClient, task_id: str) -> bool:
+    return client.get(task_id)["status"] == "input_required" and parked(task_id)
+
+
+def ask_twenty(client: HttpClient, run: str) -> dict[str, float]:
+    """Twenty parking jobs, each with its own marker `run-i`; their ids, by when each was created."""
+    created = {}
+    for i in range(20):
+        created[start(client, "park_at_once", marker=f"{run}-{i}")] = time.monotonic()
+    return created
+
+
+def check_answered(client: HttpClient, created: dict[str, float], run: str) -> None:
+    """Every job ended completed with its own answer; its step before the question ran twice, its `once` step once."""
+    for i, task_id in enumerate(created):
+        task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
+        assert task["status"] == "completed", task
+        assert task["result"]["content"][0]["text"] == f"build-1 {run}-{i} approve={i % 2 == 0}", task
+        assert counted(f"{run}-{i}", "before") == 2  # asked, then resumed from the top
+        assert counted(f"{run}-{i}", "once") == 1
+
+
+def test_twenty_questions_hold_no_worker_and_a_job_without_one_runs_meanwhile(
+    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+) -> None:
+    worker = one_worker(parking_env, tmp_path / "worker.log")
+    try:
+        run = uuid.uuid4().hex[:8]
+        created = ask_twenty(client, run)
+        plain = start(client, "no_question", text="meanwhile")
+        for task_id, at in created.items():
+            wait_for(lambda t=task_id: asking_parked(client, t), 20, 0.05, f"{task_id} to ask and park")
+            # Within 10 s of its creation, though one process runs them all one after another.
+            assert time.monotonic() - at < 10, (task_id, time.monotonic() - at)
+        done = wait_status(client, plain, {"completed", "failed", "cancelled"})
+        assert done["status"] == "completed", done
+        assert all(client.get(t)["status"] == "input_required" for t in created)  # nobody answered yet
+        for i, task_id in enumerate(created):
+            answer(client, task_id, approve=i % 2 == 0)
+        check_answered(client, created, run)
+    finally:
+        worker.stop()
+
+
+def test_parked_jobs_survive_a_warm_and_a_cold_worker_stop_and_answers_given_while_no_worker_runs(
+    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+) -> None:
+    first = one_worker(parking_env, tmp_path / "first.log")
+    run = uuid.uuid4().hex[:8]
+    try:
+        created = ask_twenty(client, run)
+        for task_id in created:
+            wait_for(lambda t=task_id: asking_parked(client, t), 30, 0.05, f"{task_id} to ask and park")
+    finally:
+        first.kill(signal.SIGTERM)  # a deploy: a warm shutdown, which waits for nothing now
+    second = one_worker(parking_env, tmp_path / "second.log")
+    second.kill(signal.SIGKILL)
+    ids = list(created)
+    for i, task_id in enumerate(ids[:10]):  # no worker runs at all
+        answer(client, task_id, approve=i % 2 == 0)
+        assert client.get(task_id)["status"] == "working"
+    third = one_worker(parking_env, tmp_path / "third.log")
+    try:
+        for i, task_id in enumerate(ids[10:], start=10):
+            answer(client, task_id, approve=i % 2 == 0)
+        check_answered(client, created, run)
+    finally:
+        third.stop()
+    assert "exited prematurely" not in first.output() + third.output()
+
+
+def test_an_answer_within_the_park_window_needs_no_second_run(
+    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+) -> None:
+    worker = one_worker(parking_env, tmp_path / "worker.log")
+    try:
+        run = uuid.uuid4().hex[:8]
+        task_id = start(client, "park_late", marker=run)
+        wait_status(client, task_id, {"input_required"})
+        answer(client, task_id, approve=True)
+        task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
+        assert task["status"] == "completed" and task["result"]["content"][0]["text"] == f"build-1 {run} approve=True"
+        assert counted(run, "before") == 1  # one run: the step outside ctx.once did not run again
+    finally:
+        worker.stop()
+
+
+def test_a_cancelled_parked_job_ends_at_once_and_never_runs_again(
+    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+) -> None:
+    worker = one_worker(parking_env, tmp_path / "worker.log")
+    try:
+        run = uuid.uuid4().hex[:8]
+        task_id = start(client, "park_at_once", marker=run, work_s=0)
+        wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+        asked = client.get(task_id)
+        started = time.monotonic()
+        client.result("tasks/cancel", {"taskId": task_id})
+        task = wait_status(client, task_id, {"cancelled", "completed", "failed"}, timeout=5)
+        assert time.monotonic() - started < 1.0 and task["status"] == "cancelled", task
+        assert "parked" in task["statusMessage"], task
+        # A late answer is not taken, and a job queued after it runs while it does not.
+        reply = client.result(
+            "tasks/update",
+            {"taskId": task_id, "inputResponses": {key_of(asked): {"action": "accept", "content": {"approve": True}}}},
+            capabilities=ELICIT,
+        )
+        assert reply["resultType"] == "complete"
+        after = start(client, "no_question", text="after")
+        assert wait_status(client, after, {"completed", "failed", "cancelled"})["status"] == "completed"
+        assert counted(run, "before") == 1 and client.get(task_id)["status"] == "cancelled"
+    finally:
+        worker.stop()
+
+
+def test_a_parked_question_that_times_out_ends_the_task_failed_naming_the_setting(
+    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+) -> None:
+    worker = one_worker(parking_env, tmp_path / "worker.log")
+    try:
+        task_id = start(client, "park_at_once", marker=uuid.uuid4().hex[:8], work_s=0, timeout=2)
+        wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+        task = wait_status(client, task_id, {"cancelled", "completed", "failed"}, timeout=30)
+        assert task["status"] == "failed" and "MCP_CELERY_INPUT_TIMEOUT_S" in task["statusMessage"], task
+    finally:
+        worker.stop()
+
+
+def test_a_job_with_two_questions_parks_at_each_and_ends_with_both_answers(
+    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+) -> None:
+    worker = one_worker(parking_env, tmp_path / "worker.log")
+    try:
+        run = uuid.uuid4().hex[:8]
+        task_id = start(client, "two_questions", marker=run)
+        for approve in (True, False):
+            wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+            answer(client, task_id, approve=approve)
+        task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
+        assert task["status"] == "completed" and task["result"]["content"][0]["text"] == "True False", task
+        assert counted(run, "before") == 3  # the first run, then one resume per question
+    finally:
+        worker.stop()
