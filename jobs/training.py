@@ -5,7 +5,9 @@ task sees the same data); a multi-layer perceptron learns it one epoch per `part
 epoch the job writes a checkpoint (model, optimizer state, best model so far, history) keyed by the MCP
 task id, and reports `epoch 7/20, val accuracy 0.953` as the task's `statusMessage`, which is also a
 cancel checkpoint. Training stops early after `patience` epochs without an improvement of at least
-`min_delta`. At the end the job asks the user whether to save the best model.
+`min_delta`. At the end the job asks the user whether to save the best model. The
+question parks the job after the tool's park window (`mcp_celery.worker.parking`): the training runs
+inside `ctx.once`, so the resumed job does not fit the model again; the best model waits on disk.
 
 Delivery: at-least-once (`retry_on_worker_loss=True`: late ack, reject on worker loss). A job whose pool
 process dies (OOM killer, SIGKILL) is put back on its queue by its worker at once; when the whole worker
@@ -122,6 +124,11 @@ def checkpoint_path(task_id: str) -> Path:
     return artifact_dir() / "train_model" / "checkpoints" / f"{_file_key(task_id)}.joblib"
 
 
+def trained_path(task_id: str) -> Path:
+    """The best model of a finished training, kept until the user says whether to save it."""
+    return artifact_dir() / "train_model" / "trained" / f"{_file_key(task_id)}.joblib"
+
+
 def model_path(task_id: str) -> Path:
     return artifact_dir() / "train_model" / "models" / f"{_file_key(task_id)}.joblib"
 
@@ -178,9 +185,11 @@ def _train_one_epoch(state: TrainingState, data: Dataset, min_delta: float) -> E
     return metrics
 
 
-def _ask_to_save(ctx: mcp_celery.JobContext, state: TrainingState, stopped_early: bool) -> bool:
-    how = f"stopped early after {state.epoch} epochs" if stopped_early else f"{state.epoch} epochs"
-    message = f"Training done ({how}): best val accuracy {state.best_val_accuracy:.3f} at epoch {state.best_epoch}. "
+def _ask_to_save(ctx: mcp_celery.JobContext, trained: TrainingResult) -> bool:
+    epochs = f"{trained.epochs_run} epochs"
+    how = f"stopped early after {epochs}" if trained.stopped_early else epochs
+    best = f"best val accuracy {trained.best_val_accuracy:.3f} at epoch {trained.best_epoch}"
+    message = f"Training done ({how}): {best}. "
     try:
         answer = ctx.elicit(message + "Save the model?", SAVE_QUESTION)
     except mcp_celery.InputNotSupported:
@@ -257,21 +266,32 @@ def train_model(
     """
     params = Hyperparameters(epochs, patience, min_delta, samples, features, hidden_units, seed=seed)
     try:
-        state, resumed_from = train(ctx, ctx.task_id, params)
-        stopped_early = state.epoch < epochs
-        saved_to = model_path(ctx.task_id) if _ask_to_save(ctx, state, stopped_early) else None
-        if saved_to is not None:
-            write_atomically(state.best_model, saved_to)
-        return TrainingResult(
-            epochs_run=state.epoch,
-            best_epoch=state.best_epoch,
-            best_val_accuracy=round(state.best_val_accuracy, 5),
-            stopped_early=stopped_early,
-            resumed_from_epoch=resumed_from,
-            history=state.history,
-            saved=saved_to is not None,
-            artifact_path=str(saved_to) if saved_to else None,
-        )
+        # Once per task: the question after it may park the job for hours, and its resume runs this
+        # function again from the top; the fitted model waits on disk, not in a worker process.
+        trained = TrainingResult.model_validate(ctx.once("trained", lambda: _train_and_keep(ctx, params)))
+        kept = trained_path(ctx.task_id)
+        saved_to = model_path(ctx.task_id) if _ask_to_save(ctx, trained) else None
+        if saved_to is not None and kept.exists():  # not there: an earlier run of this task moved it
+            saved_to.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(kept, saved_to)
+        kept.unlink(missing_ok=True)
+        return trained.model_copy(update={"saved": saved_to is not None, "artifact_path": saved_to and str(saved_to)})
     finally:
         # Reached on every ending but a lost process, the one case the checkpoint is kept for.
         checkpoint_path(ctx.task_id).unlink(missing_ok=True)
+
+
+def _train_and_keep(ctx: mcp_celery.JobContext, params: Hyperparameters) -> dict[str, Any]:
+    """Train, keep the best model until the user decides, and return the result (not saved yet) as JSON."""
+    state, resumed_from = train(ctx, ctx.task_id, params)
+    write_atomically(state.best_model, trained_path(ctx.task_id))
+    return TrainingResult(
+        epochs_run=state.epoch,
+        best_epoch=state.best_epoch,
+        best_val_accuracy=round(state.best_val_accuracy, 5),
+        stopped_early=state.epoch < params.epochs,
+        resumed_from_epoch=resumed_from,
+        history=state.history,
+        saved=False,
+        artifact_path=None,
+    ).model_dump(mode="json")

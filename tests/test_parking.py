@@ -20,7 +20,7 @@ import redis
 
 from mcp_celery._processes import wait_for
 from tests import parking_jobs
-from tests.support import HttpClient, Process, caps, start_http_server, start_worker
+from tests.support import HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
 
 ELICIT = caps(elicitation={})
 APP = "tests.parking_jobs"
@@ -230,4 +230,33 @@ def test_a_job_with_two_questions_parks_at_each_and_ends_with_both_answers(
         assert task["status"] == "completed" and task["result"]["content"][0]["text"] == "True False", task
         assert counted(run, "before") == 3  # the first run, then one resume per question
     finally:
+        worker.stop()
+
+
+def test_a_parked_task_survives_a_server_restart_and_a_redis_restart_with_aof(
+    parking_env: dict[str, str], own_redis: PersistentRedis, tmp_path: Path
+) -> None:
+    own = {**parking_env, "PARKING_BROKER_URL": f"{own_redis.url}/0", "PARKING_BACKEND_URL": f"{own_redis.url}/1"}
+    worker = start_worker(own, tmp_path / "worker.log", app=APP, name=f"aof-{own_redis.port}", concurrency=1)
+    url, server = start_http_server(own, tmp_path / "server-1.log", app=APP)
+    marks = redis.Redis.from_url(f"{own_redis.url}/1")
+    client = HttpClient(url)
+    try:
+        task_id = start(client, "park_at_once", marker="aof", work_s=0)
+        key = f"mcp-celery:task:{{{task_id}}}"
+        wait_for(lambda: client.get(task_id)["status"] == "input_required" and marks.hexists(key, "parked"), 20)
+        client.close()
+        server.stop()
+        marks.close()
+        own_redis.stop()  # SIGTERM: Redis writes its append-only file
+        own_redis.start()
+        url, server = start_http_server(own, tmp_path / "server-2.log", app=APP)
+        client = HttpClient(url)
+        assert client.get(task_id)["status"] == "input_required"
+        answer(client, task_id, approve=True)
+        task = wait_status(client, task_id, {"completed", "failed", "cancelled"}, timeout=60)
+        assert task["status"] == "completed" and task["result"]["content"][0]["text"] == "build-1 aof approve=True"
+    finally:
+        client.close()
+        server.stop()
         worker.stop()

@@ -3,6 +3,8 @@
 
 The jobs app reads its Redis URLs from the environment; these tests give it databases 10 (broker)
 and 11 (results) of the test Redis, apart from the sample jobs' 12 and 13, and their own artifact dir.
+The worker parks a job at its question at once (MCP_CELERY_PARK_AFTER_S=0): the save question ends
+the run, and the answer runs the job again, which must not train again (`ctx.once`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import re
 import signal
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import joblib
 import pytest
+import redis
 from celery import Celery
 
 from jobs.training import make_dataset
@@ -34,7 +37,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def jobs_env(env: dict[str, str], artifacts: Path) -> dict[str, str]:
-    return jobs_env_for(env, JOBS_ARTIFACT_DIR=str(artifacts))
+    return jobs_env_for(env, JOBS_ARTIFACT_DIR=str(artifacts), MCP_CELERY_PARK_AFTER_S="0")
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +120,15 @@ def test_training_reports_each_epoch_asks_to_save_and_returns_metrics_and_the_be
     assert epochs_seen and epochs_seen == sorted(epochs_seen), statuses
     assert all(EPOCH_STATUS.fullmatch(s) for s in statuses if s.startswith("epoch")), statuses
 
+    records = redis.Redis.from_url(session_redis(11))
+    wait_for(lambda: records.hexists(f"mcp-celery:task:{{{task_id}}}", "parked"), 30, 0.05, "the job to park")
+    answered_at = datetime.now(UTC)
     question = answer_save(mcp, task_id, save=True)
     assert question["method"] == "elicitation/create"
     assert "Save the model?" in question["params"]["message"]
     result = structured(mcp.wait(task_id, timeout=60))
+    # Resumed from the top, the job did not train again: every epoch ended before the answer.
+    assert all(datetime.fromisoformat(e["finished_at"]) < answered_at for e in result["history"]), result
 
     assert result["epochs_run"] == 5 and not result["stopped_early"] and result["resumed_from_epoch"] == 0
     assert [e["epoch"] for e in result["history"]] == [1, 2, 3, 4, 5]
