@@ -1,7 +1,8 @@
 """`mcp-celery top`: a live terminal view of the deployment, read from Redis directly (no server).
 
 Reads a `DeploymentSnapshot` (`mcp_celery.store.deployment`) every interval: tasks running and
-waiting for input by tool (as the live workers' beats say), the oldest waiting for input, the
+waiting for input by tool (as the live workers' beats say), how many are parked, the oldest waiting
+for input (in a worker process or parked), the
 broker's queue depths, the workers with a live heartbeat, and the latest endings and failures
 with their reasons (from the ended stream; a Redis Cluster store keeps none, and the view says
 so). `render` is pure; `run_top` draws frames on the terminal's alternate screen until Ctrl-C or q.
@@ -63,6 +64,7 @@ def _tasks_now(snapshot: DeploymentSnapshot) -> list[str]:
     tools = sorted({tool for _, tool in now})
     lines = [f"TASKS NOW  working {sum(n for (s, _), n in now.items() if s == 'working')}"
              f"  input_required {sum(n for (s, _), n in now.items() if s == 'input_required')}"
+             f"  parked (no worker) {snapshot.parked}"
              f"  unfinished (watched) {snapshot.unfinished}"]  # fmt: skip
     lines.append(f"  {'TOOL':<28} {'WORKING':>8} {'INPUT':>8}")
     lines += [f"  {tool:<28} {now[('working', tool)]:>8} {now[('input_required', tool)]:>8}" for tool in tools]
@@ -70,10 +72,11 @@ def _tasks_now(snapshot: DeploymentSnapshot) -> list[str]:
 
 
 def _waiting(snapshot: DeploymentSnapshot) -> list[str]:
-    lines = ["OLDEST WAITING FOR INPUT", f"  {'TASK':<40} {'TOOL':<24} {'WAITING':>9}"]
+    lines = ["OLDEST WAITING FOR INPUT", f"  {'TASK':<40} {'TOOL':<24} {'WAITING':>9}  WHERE"]
     for job in snapshot.oldest_waiting(10):
         waited = (snapshot.at_ms - (job.input_since_ms or snapshot.at_ms)) / 1000
-        lines.append(f"  {job.task_id:<40} {job.tool:<24} {waited:>8.0f}s")
+        where = "parked, no worker" if snapshot.is_parked(job) else "in a worker"
+        lines.append(f"  {job.task_id:<40} {job.tool:<24} {waited:>8.0f}s  {where}")
     return [*lines, ""]
 
 

@@ -9,6 +9,8 @@ no worker ran), each with its own answer, and the step each wraps in `ctx.once` 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ import redis
 
 from mcp_celery._processes import wait_for
 from tests import parking_jobs
-from tests.support import HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
+from tests.support import ROOT, HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
 
 ELICIT = caps(elicitation={})
 APP = "tests.parking_jobs"
@@ -88,8 +90,13 @@ def parked(task_id: str) -> bool:
     return bool(parking_jobs.markers.hexists(f"mcp-celery:task:{{{task_id}}}", "parked"))
 
 
+def indexed(task_id: str) -> bool:
+    """Whether the parked index (`Keys.parked`: `mcp-celery top`, the metrics) counts the task."""
+    return parking_jobs.markers.zscore("mcp-celery:parked", task_id) is not None
+
+
 def asking_parked(client: HttpClient, task_id: str) -> bool:
-    return client.get(task_id)["status"] == "input_required" and parked(task_id)
+    return client.get(task_id)["status"] == "input_required" and parked(task_id) and indexed(task_id)
 
 
 def ask_twenty(client: HttpClient, run: str) -> dict[str, float]:
@@ -125,11 +132,21 @@ def test_twenty_questions_hold_no_worker_and_a_job_without_one_runs_meanwhile(
         done = wait_status(client, plain, {"completed", "failed", "cancelled"})
         assert done["status"] == "completed", done
         assert all(client.get(t)["status"] == "input_required" for t in created)  # nobody answered yet
+        frame = top_once(parking_env)
+        assert "parked (no worker) 20" in frame and frame.count("parked, no worker") == 10, frame
         for i, task_id in enumerate(created):
             answer(client, task_id, approve=i % 2 == 0)
         check_answered(client, created, run)
+        assert "parked (no worker) 0" in top_once(parking_env)
     finally:
         worker.stop()
+
+
+def top_once(parking_env: dict[str, str]) -> str:
+    """One frame of `mcp-celery top` for the parking jobs' deployment."""
+    args = [sys.executable, "-m", "mcp_celery", "top", "-A", APP, "--once"]
+    done = subprocess.run(args, env=parking_env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
 
 
 def test_parked_jobs_survive_a_warm_and_a_cold_worker_stop_and_answers_given_while_no_worker_runs(
@@ -199,6 +216,7 @@ def test_a_cancelled_parked_job_ends_at_once_and_never_runs_again(
         after = start(client, "no_question", text="after")
         assert wait_status(client, after, {"completed", "failed", "cancelled"})["status"] == "completed"
         assert counted(run, "before") == 1 and client.get(task_id)["status"] == "cancelled"
+        assert not indexed(task_id)  # top and the metrics count it no more
     finally:
         worker.stop()
 
@@ -212,6 +230,7 @@ def test_a_parked_question_that_times_out_ends_the_task_failed_naming_the_settin
         wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
         task = wait_status(client, task_id, {"cancelled", "completed", "failed"}, timeout=30)
         assert task["status"] == "failed" and "MCP_CELERY_INPUT_TIMEOUT_S" in task["statusMessage"], task
+        assert not indexed(task_id)
     finally:
         worker.stop()
 

@@ -172,6 +172,11 @@ def _gauges(snapshot: DeploymentSnapshot) -> Iterator[Metric]:
         "mcp_celery_deployment_workers", "Worker processes with a live heartbeat", value=len(snapshot.workers)
     )
     yield GaugeMetricFamily(
+        "mcp_celery_deployment_parked_tasks",
+        "Tasks whose job is parked at an open question: input_required, holding no worker",
+        value=snapshot.parked,
+    )
+    yield GaugeMetricFamily(
         "mcp_celery_deployment_oldest_input_wait_seconds",
         "How long the task waiting for input the longest has waited (0: none waits)",
         value=snapshot.oldest_input_wait_s(),

@@ -182,10 +182,13 @@ class AsyncStore:
 
     async def resumed(self, task_id: str, check_at_ms: int | None) -> None:
         """A parked job's message is sent again: watch for it as for a new task's (the reaper's first look)."""
-        if check_at_ms is None:
-            await self.forget_live([task_id])  # no queue to look into: nothing to watch until the job starts
-        else:
-            await self.redis.zadd(self.keys.live(), {task_id: check_at_ms})
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.keys.parked(), task_id)
+            if check_at_ms is None:
+                pipe.zrem(self.keys.live(), task_id)  # no queue to look into: nothing to watch until the job starts
+            else:
+                pipe.zadd(self.keys.live(), {task_id: check_at_ms})
+            await pipe.execute()
 
     async def request_cancel(
         self, task_id: str, now_ms: int, cancelled_before_start: str, channel: str | None = None
@@ -286,8 +289,12 @@ class AsyncStore:
             await self.redis.zadd(self.keys.live(), dict.fromkeys(task_ids, at_ms), xx=True)
 
     async def forget_live(self, task_ids: list[str]) -> None:
+        """Watch these tasks no more (ended, or nothing left to watch); a parked one leaves the index too."""
         if task_ids:
-            await self.redis.zrem(self.keys.live(), *task_ids)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(self.keys.live(), *task_ids)
+                pipe.zrem(self.keys.parked(), *task_ids)
+                await pipe.execute()
 
     async def state_secret(self) -> bytes:
         """The deployment's key for signing `requestState`s: made by the first server that asks, then kept."""

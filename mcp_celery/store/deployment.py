@@ -28,7 +28,7 @@ from typing import Any
 from mcp_celery.store.commands import is_cluster
 from mcp_celery.store.connect import AsyncRedis
 from mcp_celery.store.ended import EndedEntry
-from mcp_celery.store.schema import Keys, as_text
+from mcp_celery.store.schema import FIELD, Keys, as_text
 
 __all__ = [
     "MAX_JOBS_SHOWN",
@@ -47,6 +47,8 @@ MAX_WORKERS = 500
 MAX_JOBS_SHOWN = 50
 #: How many of the latest stream entries a snapshot reads.
 RECENT = 500
+#: How many of the oldest parked tasks a snapshot names.
+OLDEST_PARKED = 10
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,9 @@ class DeploymentSnapshot:
     queue_depths: Mapping[str, int] = field(default_factory=lambda: {})
     unacked: int | None = None  # None: not a Redis broker
     recent: tuple[EndedEntry, ...] | None = None  # newest first; None: no stream (a cluster store)
+    #: Tasks whose job is parked at a question (no worker holds them), and the oldest of them.
+    parked: int = 0
+    oldest_parked: tuple[WorkerJob, ...] = ()
 
     @property
     def jobs(self) -> list[WorkerJob]:
@@ -115,9 +120,12 @@ class DeploymentSnapshot:
         return Counter((job.status, job.tool) for job in self.jobs)
 
     def oldest_waiting(self, limit: int = 10) -> list[WorkerJob]:
-        """The tasks waiting for input the longest, oldest first."""
-        waiting = [job for job in self.jobs if job.input_since_ms is not None]
+        """The tasks waiting for input the longest, oldest first: in a worker process, or parked."""
+        waiting = [job for job in self.jobs if job.input_since_ms is not None] + list(self.oldest_parked)
         return sorted(waiting, key=lambda job: job.input_since_ms or 0)[:limit]
+
+    def is_parked(self, job: WorkerJob) -> bool:
+        return job in self.oldest_parked
 
     def oldest_input_wait_s(self) -> float:
         oldest = self.oldest_waiting(1)
@@ -147,14 +155,31 @@ class DeploymentReader:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrangebyscore(self.keys.workers(), now_ms, "+inf", start=0, num=MAX_WORKERS, withscores=True)
             pipe.zcard(self.keys.live())
+            pipe.zcard(self.keys.parked())
+            pipe.zrange(self.keys.parked(), 0, OLDEST_PARKED - 1, withscores=True)
             if read_recent:
                 pipe.xrevrange(self.keys.ended(), count=min(recent, RECENT))
             replies = await pipe.execute()
         live = [(as_text(member), int(score)) for member, score in replies[0]]
         workers = await self._presences(live)
-        ended = tuple(EndedEntry.from_fields(_decoded(f)) for _, f in replies[2]) if read_recent else None
+        ended = tuple(EndedEntry.from_fields(_decoded(f)) for _, f in replies[4]) if read_recent else None
         depths, unacked = await self._queues()
-        return DeploymentSnapshot(now_ms, workers, int(replies[1]), depths, unacked, ended)
+        parked = await self._parked([(as_text(member), int(score)) for member, score in replies[3]])
+        return DeploymentSnapshot(now_ms, workers, int(replies[1]), depths, unacked, ended, int(replies[2]), parked)
+
+    async def _parked(self, oldest: list[tuple[str, int]]) -> tuple[WorkerJob, ...]:
+        """The oldest parked tasks as jobs waiting since they asked (their tools read from the records)."""
+        if not oldest:
+            return ()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id, _ in oldest:
+                pipe.hget(self.keys.task(task_id), FIELD.TOOL)
+            tools = await pipe.execute()
+        return tuple(
+            WorkerJob(task_id, as_text(tool), since, since)
+            for (task_id, since), tool in zip(oldest, tools, strict=True)
+            if tool is not None  # gone: expired, or deleted with its task
+        )
 
     async def _presences(self, live: list[tuple[str, int]]) -> tuple[WorkerPresence, ...]:
         if not live:

@@ -186,6 +186,15 @@ class Keys:
         """
         return f"{self.prefix}:live"
 
+    def parked(self) -> str:
+        """Sorted set of the parked tasks (`FIELD.PARKED`), scored by when each asked (ms).
+
+        An index for `mcp-celery top` and the metrics only, written beside the scripts as `live` is
+        (one key for every task): added in the park's pipeline, taken out when the job resumes, is
+        cancelled or its question times out. The record is what counts.
+        """
+        return f"{self.prefix}:parked"
+
     def ended(self) -> str:
         """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""
         return f"{self.prefix}:ended"

@@ -275,10 +275,14 @@ class SyncStore(DoorbellWaits, MemberRecords):
 
         def build(pipe: Any) -> None:
             pipe.zadd(self.keys.live(), {task_id: until_ms})  # before the script: see Keys.live
+            pipe.zadd(self.keys.parked(), {task_id: now_ms()})  # the index: taken out below if it did not park
             queue_script(pipe, self._park, keys, args)
 
-        reply = while_unreachable(task_id, "as the job parks", lambda: self._replicated("the park", build)[1])
-        return cast(ParkOutcome, as_text(reply))
+        reply = while_unreachable(task_id, "as the job parks", lambda: self._replicated("the park", build)[2])
+        outcome = cast(ParkOutcome, as_text(reply))
+        if outcome != "parked":
+            self.redis.zrem(self.keys.parked(), task_id)
+        return outcome
 
     def memo(self, task_id: str, key: str) -> str | None:
         """The value `JobContext.once` stored under `key` for this task (JSON), or None."""
