@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.result import AsyncResult
 
 from mcp_celery._processes import wait_for
 from tests import parking_jobs
@@ -217,6 +218,7 @@ def test_a_cancelled_parked_job_ends_at_once_and_never_runs_again(
         assert wait_status(client, after, {"completed", "failed", "cancelled"})["status"] == "completed"
         assert counted(run, "before") == 1 and client.get(task_id)["status"] == "cancelled"
         assert not indexed(task_id)  # top and the metrics count it no more
+        assert AsyncResult(task_id, app=parking_jobs.app).state == "REVOKED"  # Celery's own view, as Flower's
     finally:
         worker.stop()
 

@@ -407,6 +407,8 @@ class TaskService:
         # Workers drop a queued or reserved copy of the message at once (the frozen state would refuse
         # it anyway, whichever worker gets it); a running job learns of the cancel from the flag.
         await anyio.to_thread.run_sync(lambda: self.binding.app.control.revoke(task_id))
+        if parked and outcome == "unstarted":  # no worker runs it to say so: Celery's backend and Flower hear it here
+            await anyio.to_thread.run_sync(lambda: _show_revoked(self.binding.app, task_id, message))
         if outcome == "started" and self._tg is not None and spec is not None and spec.terminate_on_cancel:
             self._tg.start_soon(self._terminate_after_grace, task_id)
 
@@ -417,6 +419,17 @@ class TaskService:
         if record is not None and record.outcome is None and record.alive_until_ms is not None:
             logger.warning("task %s did not stop within the grace period; terminating its worker process", task_id)
             await anyio.to_thread.run_sync(lambda: self.binding.app.control.revoke(task_id, terminate=True))
+
+
+def _show_revoked(app: Any, task_id: str, reason: str) -> None:
+    """Celery's REVOKED for a cancelled parked job, in its result backend and as Flower's event, as a worker would."""
+    try:
+        app.backend.mark_as_revoked(task_id, reason=reason)
+        with app.events.default_dispatcher() as dispatcher:
+            fields = {"terminated": False, "expired": False, "reason": reason, "state": "REVOKED"}
+            dispatcher.send("task-revoked", uuid=task_id, **fields)
+    except Exception:  # noqa: BLE001 - the cancel itself is recorded; only Celery's own view lags
+        logger.warning("task %s: could not show its parked job's cancel in Celery's backend", task_id, exc_info=True)
 
 
 #: A task as just read: its record and its MCP view.
