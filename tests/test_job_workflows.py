@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Query, search
 from tests.logdata import log_lines, write
-from tests.support import HttpClient, Process, caps, start_http_server, start_jobs_worker, wait_for
+from tests.support import HttpClient, Process, caps, session_redis, start_http_server, start_jobs_worker, wait_for
 from tests.support import jobs_env as jobs_env_for
 
 #: The sharded search's shard size here: the log root below holds about 1.2 MB, so about 5 shards.
@@ -34,8 +35,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def jobs_env(env: dict[str, str], root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     artifacts = tmp_path_factory.mktemp("artifacts")
+    # The sweep's merge step parks at its save question at once: the answer resumes it on any worker.
     return jobs_env_for(
-        env, JOBS_LOG_ROOT=str(root), JOBS_LOG_SHARD_BYTES=str(SHARD_BYTES), JOBS_ARTIFACT_DIR=str(artifacts)
+        env,
+        JOBS_LOG_ROOT=str(root),
+        JOBS_LOG_SHARD_BYTES=str(SHARD_BYTES),
+        JOBS_ARTIFACT_DIR=str(artifacts),
+        MCP_CELERY_PARK_AFTER_S="0",
     )
 
 
@@ -88,6 +94,9 @@ def test_a_sweep_trains_every_grid_point_across_the_workers_and_saves_the_best_o
     assert waiting["status"] == "input_required", waiting
     (key,) = waiting["inputRequests"]
     assert key == "merge/elicit-1" and "4 runs done" in waiting["inputRequests"][key]["params"]["message"]
+    records = redis.Redis.from_url(session_redis(11))
+    parked = lambda: [m for m in records.zrange("mcp-celery:parked", 0, -1) if m.decode().startswith(f"{task_id}.")]  # noqa: E731
+    wait_for(parked, 30, 0.05, "the merge step to park")
     answer = {"action": "accept", "content": {"save": True}}
     jobs_client.result("tasks/update", {"taskId": task_id, "inputResponses": {key: answer}}, capabilities=caps())
     done = jobs_client.wait(task_id, timeout=60)
