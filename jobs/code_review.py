@@ -144,12 +144,19 @@ def _deterministic(ctx: mcp_celery.JobContext, root: Path, listing: Listing, sta
     duplicates = find_duplicates(texts, tick=ctx.check_cancelled)
     checked = _Checked(texts, duplicates, load_rules(root, start))
     ctx.status(f"linting {sum(is_python(name) for name in texts)} Python files")
-    linted = lint(root, listing.files, tick=ctx.check_cancelled)
-    checked.lint_error = linted.error
-    checked.findings += linted.findings + checked.rules.problems
+    # Once per task: the model's questions may park the job, and its resume runs this again from the
+    # top; the reads above take moments, ruff (a subprocess over the whole tree) is kept.
+    linted = ctx.once("lint", lambda: _lint_as_json(root, listing, ctx))
+    checked.lint_error = linted["error"]
+    checked.findings += [Finding.model_validate(f) for f in linted["findings"]] + checked.rules.problems
     for name, text in texts.items():
         checked.findings += check_file(checked.rules.checks, name, text)
     return checked
+
+
+def _lint_as_json(root: Path, listing: Listing, ctx: mcp_celery.JobContext) -> dict[str, Any]:
+    linted = lint(root, listing.files, tick=ctx.check_cancelled)
+    return {"findings": [f.model_dump(mode="json") for f in linted.findings], "error": linted.error}
 
 
 def _model_review(

@@ -252,7 +252,9 @@ def test_the_agent_runs_the_tools_the_model_asks_for_and_reports_each_turn(repo:
 
 @pytest.fixture(scope="module")
 def jobs_env(env: dict[str, str], repo: Path) -> dict[str, str]:
-    return jobs_env_for(env, JOBS_REPO_ROOT=str(repo))
+    # Every model turn parks the job (MCP_CELERY_PARK_AFTER_S=0): the review resumes from the top each time,
+    # its earlier turns replayed and ruff not run again (`ctx.once`).
+    return jobs_env_for(env, JOBS_REPO_ROOT=str(repo), MCP_CELERY_PARK_AFTER_S="0")
 
 
 @pytest.fixture(scope="module")
