@@ -59,3 +59,9 @@ def two_questions(ctx: mcp_celery.JobContext, marker: str) -> str:
 def no_question(text: str) -> str:
     """No question at all."""
     return text
+
+
+@mcp_celery.tool(app, park_after_s=0, retry_on_worker_loss=True)
+def park_at_least_once(ctx: mcp_celery.JobContext, marker: str) -> str:
+    """An at-least-once job (late ack) that parks: its message is acknowledged all the same."""
+    return _ask(ctx, marker, 0.0, 3600)

@@ -281,3 +281,25 @@ def test_a_parked_task_survives_a_server_restart_and_a_redis_restart_with_aof(
         client.close()
         server.stop()
         worker.stop()
+
+
+def test_an_at_least_once_job_that_parks_leaves_no_unacked_message_and_resumes_once(
+    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Late ack: the park acknowledges the message (else kombu would deliver it again after the visibility
+    timeout), and the runs counter of `retry_on_worker_loss` counts the park and its resume as one run."""
+    worker = one_worker(parking_env, tmp_path / "worker.log")
+    broker = redis.Redis.from_url(parking_jobs.BROKER)
+    try:
+        run = uuid.uuid4().hex[:8]
+        task_id = start(client, "park_at_least_once", marker=run)
+        wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+        wait_for(lambda: broker.hlen("unacked") == 0, 10, 0.05, "the parked job's message to be acknowledged")
+        answer(client, task_id, approve=True)
+        task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
+        assert task["status"] == "completed" and task["result"]["content"][0]["text"] == f"build-1 {run} approve=True"
+        assert int(parking_jobs.markers.hget(f"mcp-celery:task:{{{task_id}}}", "runs") or 0) == 1
+        assert broker.hlen("unacked") == 0
+    finally:
+        broker.close()
+        worker.stop()
