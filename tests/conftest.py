@@ -98,6 +98,12 @@ SERVER_ENV = {
     "MCP_CELERY_QUEUE_CHECK_S": "3",
 }
 
+#: The cancel grace of the `patient_*` fixtures' server (and of any worker a test starts with
+#: `patient_env`), far beyond any wait of the suite: a task that reads `cancelled` there was ended by
+#: its job stopping, never by the grace running out, however slowly a loaded machine gets there.
+#: How soon a job stops is a goal of `python -m bench` (the cancel phase), not of a test.
+PATIENT_GRACE_S = 600
+
 
 def empty_broker(url: str) -> None:
     """Drop what an earlier session left queued: the Redis broker's database, or RabbitMQ's queues."""
@@ -210,6 +216,35 @@ def client(http_url: str) -> Iterator[HttpClient]:
 @pytest.fixture
 def stdio(env: dict[str, str], worker: Process, logs: Path) -> Iterator[StdioClient]:
     c = StdioClient(env, logs / f"stdio-{free_port()}.log")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def patient_env(env: dict[str, str]) -> dict[str, str]:
+    """The session's settings with a cancel grace of PATIENT_GRACE_S."""
+    return {**env, "MCP_CELERY_CANCEL_GRACE_S": str(PATIENT_GRACE_S)}
+
+
+@pytest.fixture(scope="session")
+def patient_url(patient_env: dict[str, str], worker: Process, logs: Path) -> Iterator[str]:
+    """A second HTTP server on the session's worker, differing only in its cancel grace (PATIENT_GRACE_S)."""
+    url, server = start_http_server(patient_env, logs / "http-server-patient.log")
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def patient_client(patient_url: str) -> Iterator[HttpClient]:
+    c = HttpClient(patient_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def patient_stdio(patient_env: dict[str, str], worker: Process, logs: Path) -> Iterator[StdioClient]:
+    """A stdio server with the cancel grace of PATIENT_GRACE_S."""
+    c = StdioClient(patient_env, logs / f"stdio-patient-{free_port()}.log")
     yield c
     c.close()
 

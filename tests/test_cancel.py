@@ -29,18 +29,19 @@ def celery_state(store: redis.Redis, task_id: str) -> dict[str, object]:
 
 
 def test_cancel_acks_empty_and_a_running_job_ends_cancelled_at_its_next_checkpoint(
-    client: HttpClient, store_redis: redis.Redis
+    patient_client: HttpClient, store_redis: redis.Redis
 ) -> None:
+    """On the server whose grace no wait here reaches (conftest.PATIENT_GRACE_S), `cancelled` can only
+    come from the job stopping itself; how soon it stops is a goal of `python -m bench` (the cancel phase)."""
+    client = patient_client
     m = marker()
     task_id = client.start("checkpoint_loop", {"seconds": 60, "marker": m})
     wait_for(lambda: store_redis.get(m), 15, what="the job to start")
     ack = client.result("tasks/cancel", {"taskId": task_id})
     assert ack == {"resultType": "complete", "_meta": ack["_meta"]}  # item 27: no task fields
-    started = time.monotonic()
-    task = client.wait(task_id, timeout=10)
-    assert task["status"] == "cancelled"
-    assert time.monotonic() - started < 1.0  # checkpoints come every 50 ms
-    assert celery_state(store_redis, task_id)["status"] == "REVOKED"
+    task = client.wait(task_id, timeout=30)  # a job that ignored the cancel would run on for 60 s
+    assert task["status"] == "cancelled" and "grace" not in task.get("statusMessage", ""), task
+    assert celery_state(store_redis, task_id)["status"] == "REVOKED"  # stopped at a checkpoint, by itself
 
 
 def test_cancelling_a_terminal_task_is_an_idempotent_ack_that_changes_nothing(client: HttpClient) -> None:  # 28

@@ -278,7 +278,7 @@ def test_a_worker_killed_whole_counts_one_lost_task_once(deployment: Deployment)
     finally:
         doomed.stop()
     if not STREAMS:
-        return
+        pytest.skip("the store is a Redis Cluster: no ended stream, so no lost count (the task's failure was checked)")
     lost, failed = by_tool("mcp_celery_tasks_lost_total", "doomed_loop"), ended("doomed_loop", "failed")
     samples = wait_for(lambda: s if (s := figures.samples()).get(lost) == 1 else None, 30, what="the lost count")
     assert samples[failed] == 1

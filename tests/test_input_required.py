@@ -129,6 +129,12 @@ def rpc(request: pytest.FixtureRequest) -> Rpc:
     return Rpc(request.getfixturevalue("client" if request.param == "http" else "stdio"))
 
 
+@pytest.fixture(params=["http", "stdio"])
+def patient_rpc(request: pytest.FixtureRequest) -> Rpc:
+    """As `rpc`, on servers whose cancel grace no wait here reaches (conftest.PATIENT_GRACE_S)."""
+    return Rpc(request.getfixturevalue("patient_client" if request.param == "http" else "patient_stdio"))
+
+
 # ------------------------------------------------------------------ HTTP and stdio
 
 
@@ -213,20 +219,20 @@ def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_n
     assert text_of(rpc.wait_done(task_id)) == "kept"
 
 
-def test_cancelling_a_task_waiting_for_input_wakes_the_job_which_ends_it_cancelled(rpc: Rpc) -> None:
+def test_cancelling_a_task_waiting_for_input_wakes_the_job_which_ends_it_cancelled(patient_rpc: Rpc) -> None:
+    rpc = patient_rpc
     task_id = rpc.start("ask_one", {"timeout": 60})
     only_key(rpc.wait_inputs(task_id))
     wait_for(lambda: celery_state(task_id)[0] == "INPUT_REQUIRED", 20, what="the job to wait")
 
     ack = rpc.result("tasks/cancel", {"taskId": task_id})
     assert ack["resultType"] == "complete" and not TASK_FIELDS & set(ack), ack
-    task = wait_for(lambda: (t := rpc.get(task_id))["status"] == "cancelled" and t, 10, 0.005, "cancelled")
-    assert "inputRequests" not in task
-    # The job itself stopped: woken by the cancel, not left to its 60 s timeout. It stored REVOKED
-    # within the server's 1 s grace, or the task would say the grace ran out. How soon it stops is
-    # a goal of `python -m bench` (the cancel phase), not of this test.
-    wait_for(lambda: celery_state(task_id)[0] == "REVOKED", 10, what="Celery state REVOKED")
-    assert "grace" not in task.get("statusMessage", ""), task
+    # The server's grace is far beyond this wait: only the job itself, woken by the cancel rather than
+    # left to its 60 s timeout, can end the task now. How soon it stops is a goal of `python -m bench`
+    # (the cancel phase), not of this test.
+    task = wait_for(lambda: (t := rpc.get(task_id))["status"] == "cancelled" and t, 30, 0.005, "cancelled")
+    assert "inputRequests" not in task and "grace" not in task.get("statusMessage", ""), task
+    assert celery_state(task_id)[0] == "REVOKED"  # stored by the job as it stopped, before the task read cancelled
 
 
 def test_an_unanswered_question_times_out_into_a_tool_error_and_is_withdrawn(

@@ -27,7 +27,8 @@ from mcp.client import ClientRequestContext
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, TextContent
 
 from mcp_celery.protocol import TASK_HANDLE_META
-from tests.support import ROOT, Process
+from tests import sample_jobs
+from tests.support import ROOT, Process, wait_for
 
 MCP1 = "mcp==1.30.0"
 MCP1_VENV = ROOT / "tests" / ".venv-mcp1"
@@ -65,6 +66,19 @@ async def follow(client: Client, task_id: str) -> CallToolResult:
         result = await client.call_tool("task_status", {"task_id": task_id, "wait_seconds": 3})
         if (result.structured_content or {}).get("status") in TERMINAL:
             return result
+
+
+def celery_status(task_id: str) -> str:
+    """The job's state in Celery's own result backend, read afresh."""
+    return str(sample_jobs.app.backend.get_task_meta(task_id, cache=False)["status"])
+
+
+async def until_stepping(client: Client, task_id: str) -> None:
+    """Until the `checkpoint_loop` job has reported a step: it is running, past its first checkpoint."""
+    while True:
+        result = await client.call_tool("task_status", {"task_id": task_id, "wait_seconds": 1})
+        if str((result.structured_content or {}).get("statusMessage", "")).startswith("step "):
+            return
 
 
 def test_the_mcp_2_3_client_gets_a_handle_that_passes_its_output_schema_check_then_the_result(target: Any) -> None:
@@ -116,6 +130,7 @@ def test_the_mcp_2_3_client_answers_a_running_jobs_question_through_mrtr_and_get
 def test_the_mcp_2_3_client_answers_and_cancels_through_the_lifecycle_tools(target: Any) -> None:
     """A client without elicitation: the question waits in the task past the window; task_status shows
     it (waiting for the change), task_respond answers it, task_cancel stops another job."""
+    loop_id: list[str] = []  # the cancelled job's task
 
     async def body() -> None:
         async with Client(target) as client:
@@ -133,13 +148,17 @@ def test_the_mcp_2_3_client_answers_and_cancels_through_the_lifecycle_tools(targ
 
             running = await client.call_tool("checkpoint_loop", {"seconds": 60})
             assert running.meta is not None, running
-            loop_id = running.meta[TASK_HANDLE_META]["taskId"]
-            cancelled = await client.call_tool("task_cancel", {"task_id": loop_id})
+            loop_id.append(running.meta[TASK_HANDLE_META]["taskId"])
+            await until_stepping(client, loop_id[0])
+            cancelled = await client.call_tool("task_cancel", {"task_id": loop_id[0]})
             assert cancelled.is_error is False, cancelled
-            ended = await follow(client, loop_id)
+            ended = await follow(client, loop_id[0])
             assert (ended.structured_content or {})["status"] == "cancelled", ended
 
     run(body)
+    # `cancelled` alone comes also from the server's grace running out with the job still going: the
+    # job itself stopped at a checkpoint only if Celery holds REVOKED (it would run on for 60 s otherwise).
+    wait_for(lambda: celery_status(loop_id[0]) == "REVOKED", 30, what="the job to stop (Celery's REVOKED)")
 
 
 # ---------------------------------------------------------------- mcp 1.x

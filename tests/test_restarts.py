@@ -8,22 +8,30 @@ from pathlib import Path
 
 import redis
 
+from tests import sample_jobs
 from tests.support import HttpClient, Process, start_http_server, start_worker, wait_for
 
 
+def celery_status(task_id: str) -> str:
+    """The job's state in Celery's own result backend, read afresh."""
+    return str(sample_jobs.app.backend.get_task_meta(task_id, cache=False)["status"])
+
+
 def test_a_server_killed_mid_task_leaves_every_task_readable_answerable_and_cancellable(
-    env: dict[str, str], worker: Process, tmp_path: Path
+    patient_env: dict[str, str], worker: Process, tmp_path: Path
 ) -> None:
-    url, first = start_http_server(env, tmp_path / "first.log")
+    """Both servers have a cancel grace no wait here reaches (conftest.PATIENT_GRACE_S): the running job's
+    task reads `cancelled` only once the job itself has stopped."""
+    url, first = start_http_server(patient_env, tmp_path / "first.log")
     before = HttpClient(url)
     asking = before.start("ask_one", {"timeout": 60}, elicitation={})
     asked = before.wait(asking, {"input_required"}, timeout=30)
     running = before.start("checkpoint_loop", {"seconds": 60})
-    before.wait(running, {"working"})
+    wait_for(lambda: before.get(running).get("statusMessage", "").startswith("step "), 30, what="a first step")
     before.close()
     first.kill(signal.SIGKILL)  # no shutdown code runs
 
-    url, second = start_http_server(env, tmp_path / "second.log")
+    url, second = start_http_server(patient_env, tmp_path / "second.log")
     after = HttpClient(url)
     try:
         again = after.get(asking)
@@ -33,7 +41,9 @@ def test_a_server_killed_mid_task_leaves_every_task_readable_answerable_and_canc
         after.result("tasks/update", {"taskId": asking, "inputResponses": {key: answer}})
         assert after.wait(asking, timeout=30)["result"]["content"][0]["text"] == "published"
         after.result("tasks/cancel", {"taskId": running})
-        assert after.wait(running, timeout=30)["status"] == "cancelled"
+        cancelled = after.wait(running, timeout=30)  # a job that ignored the cancel would run on for 60 s
+        assert cancelled["status"] == "cancelled" and "grace" not in cancelled.get("statusMessage", ""), cancelled
+        assert celery_status(running) == "REVOKED"  # the job stopped at a checkpoint, by itself
     finally:
         after.close()
         second.stop()
@@ -49,11 +59,15 @@ def test_tasks_queued_while_no_worker_runs_run_after_a_restart_and_a_cancel_give
     queued = client.start("doomed_loop", {"seconds": 0, "marker": runs})
     dropped = client.start("doomed_loop", {"seconds": 0, "marker": cancelled})
     client.result("tasks/cancel", {"taskId": dropped})  # no worker is online to hear Celery's revoke
+    assert client.get(dropped)["status"] == "cancelled"  # unstarted: cancelled at once
     assert client.get(queued)["status"] == "working"
     restarted = start_worker(env, tmp_path / "after.log", queues="doomed", name=name)
     try:
         assert client.wait(queued, timeout=30)["result"]["content"][0]["text"] == "survived"
-        wait_for(lambda: client.get(dropped)["status"] == "cancelled", 30, what="the cancel to hold")
+        # The restarted worker takes the cancelled job's message and, told only by the task's record in Redis,
+        # drops it, storing Celery's REVOKED as it does: only then is "never ran" worth checking.
+        wait_for(lambda: celery_status(dropped) == "REVOKED", 30, what="the worker to take and drop the message")
     finally:
         restarted.stop()
     assert store_redis.get(runs) == b"1" and store_redis.get(cancelled) is None  # the cancelled body never ran
+    assert client.get(dropped)["status"] == "cancelled"  # and the cancel held

@@ -15,7 +15,8 @@ JSON-RPC error, never an HTTP 500 or a request left hanging. Without MIN_REPLICA
 prints what it lost, since Redis replicates asynchronously (on loopback usually nothing, as the
 replica is microseconds behind), unless Sentinel fails over twice (on a loaded machine the new
 primary can miss its pings for a second): writes the second-to-last primary took after the last
-one stopped copying it are gone then, and the note shows it.
+one stopped copying it are gone then, and the note shows it. The test checks the note against
+what the clients were told and how each acknowledged task ended.
 """
 
 from __future__ import annotations
@@ -242,10 +243,26 @@ def summary(ledger: Ledger, ends: dict[str, dict[str, Any] | None]) -> str:
     ends_by = Counter(outcome(task) for task in ends.values())
     refusals = ", ".join(f"{n} x {m!r}" for m, n in ledger.refusals.most_common(4)) or "none"
     vanished = f", {len(ledger.vanished)} gone while the client waited" if ledger.vanished else ""
+    lost = ", ".join(f"{n} {what}" for what, n in losses(ledger, ends).items() if n) or "nothing"
     return (
         f"{len(ledger.acknowledged)} tasks acknowledged, {len(ledger.answered)} answered{vanished}; "
-        f"ends: {dict(ends_by)}; refused during the switch: {refusals}"
+        f"ends: {dict(ends_by)}; refused during the switch: {refusals}; lost: {lost}"
     )
+
+
+def losses(ledger: Ledger, ends: dict[str, dict[str, Any] | None]) -> dict[str, int]:
+    """What the run lost that a client had been told was done, by kind, as the note names them."""
+    return {
+        LOST_RECORDS: sum(task is None for task in ends.values()),
+        NEVER_ENDED: sum(task is not None and task["status"] not in TERMINAL_STATUSES for task in ends.values()),
+        LOST_ANSWERS: sum("InputTimeout" in str(ends[task_id]) for task_id in ledger.answered),
+    }
+
+
+#: The kinds of loss the note names (`losses`).
+LOST_RECORDS = "acknowledged task(s) unknown to the server"
+NEVER_ENDED = "acknowledged task(s) never ended"
+LOST_ANSWERS = "acknowledged answer(s) lost (the job's InputTimeout)"
 
 
 def failover(
@@ -256,8 +273,9 @@ def failover(
     *,
     stall: bool = False,
     **settings: str,
-) -> tuple[Ledger, dict[str, dict[str, Any] | None]]:
-    """The run on a stack with `settings`; prints its note; every request must have had a clean answer."""
+) -> tuple[Ledger, dict[str, dict[str, Any] | None], str]:
+    """The run on a stack with `settings`; prints its note, and returns it; every request must have had a
+    clean answer."""
     running = Stack(group, env, logs, **settings)
     try:
         ledger, ends = run_failover(group, running.url, stall=stall)
@@ -266,11 +284,12 @@ def failover(
     label = "MIN_REPLICAS=1" if settings.get("MCP_CELERY_REDIS_MIN_REPLICAS") else "no MIN_REPLICAS"
     label += ", then a stalled primary replaced" if stall else ""
     restarted = f"; the Celery worker died and was restarted {running.restarts} time(s)" if running.restarts else ""
+    note = f"Sentinel failover, {label}: {summary(ledger, ends)}{restarted}"
     with capsys.disabled():
-        print(f"\nSentinel failover, {label}: {summary(ledger, ends)}{restarted}")
+        print(f"\n{note}")
     assert not ledger.broken, ledger.broken  # even a lossy run answers every request with JSON-RPC
     assert len(ledger.acknowledged) == TASKS
-    return ledger, ends
+    return ledger, ends, note
 
 
 def assert_nothing_acknowledged_was_lost(ledger: Ledger, ends: dict[str, dict[str, Any] | None]) -> None:
@@ -285,7 +304,8 @@ def assert_nothing_acknowledged_was_lost(ledger: Ledger, ends: dict[str, dict[st
 def test_with_min_replicas_no_acknowledged_task_or_answer_is_lost_in_a_failover(
     group: SentinelGroup, env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert_nothing_acknowledged_was_lost(*failover(group, env, tmp_path, capsys, MCP_CELERY_REDIS_MIN_REPLICAS="1"))
+    ledger, ends, _ = failover(group, env, tmp_path, capsys, MCP_CELERY_REDIS_MIN_REPLICAS="1")
+    assert_nothing_acknowledged_was_lost(ledger, ends)
 
 
 @pytest.mark.timeout(RUN_S + 2 * ANSWER_TIMEOUT_S + 120)
@@ -295,8 +315,8 @@ def test_with_min_replicas_a_stalled_primary_replaced_while_it_takes_writes_lose
     """The split brain of a loaded machine: the new primary misses its pings, the sentinels promote the
     other node, and it wakes up taking its clients' writes for seconds before it is told to replicate
     and drops them. Whatever a client was told in that time must hold on the primary that stays."""
-    run = failover(group, env, tmp_path, capsys, stall=True, MCP_CELERY_REDIS_MIN_REPLICAS="1")
-    assert_nothing_acknowledged_was_lost(*run)
+    ledger, ends, _ = failover(group, env, tmp_path, capsys, stall=True, MCP_CELERY_REDIS_MIN_REPLICAS="1")
+    assert_nothing_acknowledged_was_lost(ledger, ends)
 
 
 @pytest.mark.timeout(RUN_S + 2 * ANSWER_TIMEOUT_S + 120)
@@ -304,6 +324,19 @@ def test_without_min_replicas_the_note_says_what_a_failover_lost(
     group: SentinelGroup, env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The store named by its own settings this time, as a deployment without a Sentinel result backend would.
-    failover(
+    ledger, ends, note = failover(
         group, env, tmp_path, capsys, MCP_CELERY_REDIS_URL=group.url_for_db(2), MCP_CELERY_REDIS_MASTER_NAME=MASTER_NAME
     )
+    # Whatever this run lost (usually nothing on loopback), the note says so, each kind with its count,
+    # counted here afresh from what the clients were told and how each acknowledged task ended.
+    assert len(ends) == len(ledger.acknowledged) == TASKS, note
+    assert f"{TASKS} tasks acknowledged, {len(ledger.answered)} answered" in note, note
+    unknown = [task_id for task_id, task in ends.items() if task is None]
+    unended = [task_id for task_id, task in ends.items() if task is not None and task["status"] == "never ended"]
+    timed_out = [task_id for task_id in ledger.answered if ends[task_id] and "InputTimeout" in str(ends[task_id])]
+    counted = {LOST_RECORDS: len(unknown), NEVER_ENDED: len(unended), LOST_ANSWERS: len(timed_out)}
+    for what, n in counted.items():
+        assert (f"{n} {what}" in note) == (n > 0), (what, n, note)
+    assert ("lost: nothing" in note) == (not any(counted.values())), note
+    if ledger.vanished:
+        assert f"{len(ledger.vanished)} gone while the client waited" in note, note

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from tests.support import TERMINAL, StdioClient, caps
+from tests import sample_jobs
+from tests.support import TERMINAL, StdioClient, caps, wait_for
 
 
 def wait_terminal(stdio: StdioClient, task_id: str, timeout: float = 15) -> dict[str, object]:
@@ -15,6 +16,12 @@ def wait_terminal(stdio: StdioClient, task_id: str, timeout: float = 15) -> dict
             return dict(task)
         assert time.monotonic() < deadline, task
         time.sleep(0.05)
+
+
+def job_running(stdio: StdioClient, task_id: str) -> bool:
+    """Whether the `checkpoint_loop` job has reported a step (it is running, past its first checkpoint)."""
+    task = stdio.request("tasks/get", {"taskId": task_id})["result"]
+    return str(task.get("statusMessage", "")).startswith("step ")
 
 
 def test_stdio_serves_tasks_to_declaring_clients(stdio: StdioClient) -> None:
@@ -30,13 +37,20 @@ def test_stdio_serves_tasks_to_declaring_clients(stdio: StdioClient) -> None:
     }
 
 
-def test_stdio_cancel_and_sync_and_gating(stdio: StdioClient) -> None:
-    created = stdio.request("tools/call", {"name": "checkpoint_loop", "arguments": {"seconds": 30}})["result"]
-    assert stdio.request("tasks/cancel", {"taskId": created["taskId"]})["result"]["resultType"] == "complete"
-    assert wait_terminal(stdio, created["taskId"])["status"] == "cancelled"
+def test_stdio_cancel_and_sync_and_gating(patient_stdio: StdioClient) -> None:
+    """The cancel stops a running job: with a grace no wait here reaches (conftest.PATIENT_GRACE_S),
+    only the job itself can end the task `cancelled`."""
+    stdio = patient_stdio
+    created = stdio.request("tools/call", {"name": "checkpoint_loop", "arguments": {"seconds": 60}})["result"]
+    task_id = created["taskId"]
+    wait_for(lambda: job_running(stdio, task_id), 30, what="the job to reach its first checkpoint")
+    assert stdio.request("tasks/cancel", {"taskId": task_id})["result"]["resultType"] == "complete"
+    cancelled = wait_terminal(stdio, task_id, timeout=30)  # a job that ignored the cancel would run on for 60 s
+    assert cancelled["status"] == "cancelled" and "grace" not in str(cancelled.get("statusMessage")), cancelled
+    assert sample_jobs.app.backend.get_task_meta(task_id, cache=False)["status"] == "REVOKED"  # stopped by itself
     sync = stdio.request("tools/call", {"name": "echo", "arguments": {"text": "s"}}, capabilities={})["result"]
     assert sync["content"][0]["text"] == "s" and "taskId" not in sync
-    gated = stdio.request("tasks/get", {"taskId": created["taskId"]}, capabilities=caps(declare=False))
+    gated = stdio.request("tasks/get", {"taskId": task_id}, capabilities=caps(declare=False))
     assert gated["error"]["code"] == -32021
 
 
