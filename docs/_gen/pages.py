@@ -115,7 +115,8 @@ OTHER_VARIABLES = [
     ("`JOBS_ARTIFACT_DIR`", "`train_model` (`jobs/`)",
      "where checkpoints and saved models go (default: a folder in the system temp dir)"),
     ("`MCP_CELERY_DEMO_REDIS`", "`mcp-celery demo`",
-     "the Redis to try before starting a private one (default `redis://127.0.0.1:6379`)"),
+     "a shared Redis for the demo (databases 0 and 1, a URL without a database number); unset, the demo "
+     "starts a private one"),
     ("`MCP_CELERY_TEST_REDIS`", "the test suite", "a Redis for the tests; unset, they start their own (Development)"),
 ]  # fmt: skip
 
