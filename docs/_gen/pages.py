@@ -1,4 +1,4 @@
-"""The docs pages built from the code at `mkdocs build` time (mkdocs-gen-files), so they cannot drift.
+"""MkDocs hook: the docs pages built from the code at `mkdocs build` time, so they cannot drift.
 
 - `index.md`: README.md, its links to `docs/` and `bench/` rewritten for the site;
 - `reference/settings.md`: every field of `mcp_celery.Settings`, its variable, default, bounds and description;
@@ -7,6 +7,9 @@
   writes it (the checks that raise them are called to get their text);
 - `reference/layout.md`: each module of the package and of `jobs/` with the first line of its docstring;
 - `benchmarks/*.md`: bench/*.md as they are (the figures live there only).
+
+A hook (`on_files`), not the mkdocs-gen-files plugin: that plugin's 0.6 pulls in a package that
+prints a screenful of red warning on every build.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import mkdocs_gen_files
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -46,11 +50,6 @@ BENCH_PAGES = {
     "results-fallback.md": "results-fallback.md",
     "where-the-time-went.md": "where-the-time-went.md",
 }
-
-
-def write(name: str, text: str) -> None:
-    with mkdocs_gen_files.open(name, "w") as out:
-        out.write(text)
 
 
 # ---------------------------------------------------------------- index.md from the README
@@ -349,14 +348,18 @@ def layout_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    write("index.md", site_links((ROOT / "README.md").read_text()))
-    write("reference/settings.md", settings_page())
-    write("reference/cli.md", cli_page())
-    write("reference/errors.md", errors_page())
-    write("reference/layout.md", layout_page())
+def generated_pages() -> Iterator[tuple[str, str]]:
+    """(path under docs/, Markdown) of each page built from the code."""
+    yield "index.md", site_links((ROOT / "README.md").read_text())
+    yield "reference/settings.md", settings_page()
+    yield "reference/cli.md", cli_page()
+    yield "reference/errors.md", errors_page()
+    yield "reference/layout.md", layout_page()
     for source, target in BENCH_PAGES.items():
-        write(f"benchmarks/{target}", (ROOT / "bench" / source).read_text())
+        yield f"benchmarks/{target}", (ROOT / "bench" / source).read_text()
 
 
-main()
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    for name, text in generated_pages():
+        files.append(File.generated(config, name, content=text))
+    return files
