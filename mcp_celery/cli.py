@@ -25,6 +25,7 @@ __all__ = ["CLIENT_COMMANDS", "main", "parser", "parser_for"]
 def serve(
     app_spec: str,
     *,
+    workdir: str | None = None,
     http: bool,
     host: str,
     port: int,
@@ -33,11 +34,13 @@ def serve(
     metrics_port: int | None = None,
 ) -> None:
     from mcp_celery.binding import AppBinding
-    from mcp_celery.celery_app import load_app
+    from mcp_celery.celery_app import load_app, use_workdir
     from mcp_celery.server.app import check_tool_names
     from mcp_celery.settings import Settings
     from mcp_celery.store.probe import probe
 
+    if workdir is not None:
+        use_workdir(workdir)
     # Fail early, with a clear message, before any worker process starts: the tools, the Redis URL,
     # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
     app, settings = load_app(app_spec), Settings()
@@ -137,16 +140,18 @@ def _serve_stdio(app_spec: str) -> None:
     anyio.run(run_stdio)
 
 
-def top(app_spec: str, *, interval_s: float, once: bool) -> None:
+def top(app_spec: str, *, interval_s: float, once: bool, workdir: str | None = None) -> None:
     import asyncio
 
     from redis.exceptions import RedisError
 
-    from mcp_celery.celery_app import load_app
+    from mcp_celery.celery_app import load_app, use_workdir
     from mcp_celery.redact import redact
     from mcp_celery.settings import Settings
     from mcp_celery.top import reader_for, run_top
 
+    if workdir is not None:
+        use_workdir(workdir)
     reader = reader_for(load_app(app_spec), Settings())
 
     async def run() -> None:
@@ -186,41 +191,58 @@ def parser() -> argparse.ArgumentParser:
     )
     commands = root.add_subparsers(dest="command", required=True)
     run = commands.add_parser("serve", help="serve the app's tools over MCP (stdio by default)")
-    run.add_argument("-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A")
-    run.add_argument(
-        "--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
-    )
-    run.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on with --http (default 127.0.0.1; any other needs authentication, or "
-        "--allow-unauthenticated, and MCP_CELERY_ALLOWED_HOSTS for the name clients use)",
-    )
-    run.add_argument("--port", type=int, default=8000, help="port to listen on with --http (default 8000)")
-    run.add_argument("--workers", type=int, default=1, help="HTTP server processes (default 1)")
-    run.add_argument(
-        "--metrics-port",
-        type=int,
-        help="with --http, serve /metrics (and /healthz, /readyz) on this port instead of the MCP port",
-    )
-    run.add_argument(
-        "--allow-unauthenticated",
-        action="store_true",
-        help="serve a non-loopback --host without MCP_CELERY_AUTH_TOKENS or MCP_CELERY_JWT_JWKS",
-    )
+    _app_options(run)
+    _serve_options(run)
     token = commands.add_parser("token", help="manage static bearer tokens (MCP_CELERY_AUTH_TOKENS)")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     new = token_commands.add_parser("new", help="print a new token for PRINCIPAL once; append its digest to the file")
     new.add_argument("principal", help="who the token speaks for: tasks belong to this name")
     new.add_argument("--file", help="token file (default: $MCP_CELERY_AUTH_TOKENS)")
     view = commands.add_parser("top", help="a live view of the deployment, read from Redis (no server needed)")
-    view.add_argument("-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A")
+    _app_options(view)
     view.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
     view.add_argument("--once", action="store_true", help="print one frame and exit")
     demo = commands.add_parser("demo", help="start Redis if needed, a worker and the server, and walk through the demo")
     demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
     demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
     return root
+
+
+def _serve_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    command.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on with --http (default 127.0.0.1; any other needs authentication, or "
+        "--allow-unauthenticated, and MCP_CELERY_ALLOWED_HOSTS for the name clients use)",
+    )
+    command.add_argument("--port", type=int, default=8000, help="port to listen on with --http (default 8000)")
+    command.add_argument("--workers", type=int, default=1, help="HTTP server processes (default 1)")
+    command.add_argument(
+        "--metrics-port",
+        type=int,
+        help="with --http, serve /metrics (and /healthz, /readyz) on this port instead of the MCP port",
+    )
+    command.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback --host without MCP_CELERY_AUTH_TOKENS or MCP_CELERY_JWT_JWKS",
+    )
+
+
+def _app_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A; or its file, "
+        "proj.py or /path/to/proj.py[:app], whose directory is searched first"
+    )  # fmt: skip
+    command.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="search DIR first for the app's module (as celery --workdir), for a host that starts the server "
+        "in another directory",
+    )
 
 
 CLIENT_COMMANDS = ("call", "tasks")
@@ -251,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "serve":
             serve(
                 args.app,
+                workdir=args.workdir,
                 http=args.http,
                 host=args.host,
                 port=args.port,
@@ -259,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
                 metrics_port=args.metrics_port,
             )
         elif args.command == "top":
-            top(args.app, interval_s=args.interval, once=args.once)
+            top(args.app, interval_s=args.interval, once=args.once, workdir=args.workdir)
         elif args.command == "token":
             from mcp_celery.tokens import new_token
 
