@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -20,6 +21,8 @@ from mcp_celery import logs
 from mcp_celery.errors import ConfigurationError, McpCeleryError
 
 __all__ = ["CLIENT_COMMANDS", "main", "parser", "parser_for"]
+
+logger = logging.getLogger(__name__)
 
 
 def serve(
@@ -35,9 +38,11 @@ def serve(
 ) -> None:
     from mcp_celery.binding import AppBinding
     from mcp_celery.celery_app import load_app, use_workdir
+    from mcp_celery.redact import redact
     from mcp_celery.server.app import check_tool_names
     from mcp_celery.settings import Settings
     from mcp_celery.store.probe import probe
+    from mcp_celery.tools import registry
 
     if workdir is not None:
         use_workdir(workdir)
@@ -45,16 +50,29 @@ def serve(
     # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
     app, settings = load_app(app_spec), Settings()
     check_tool_names(app, settings)
-    probe(AppBinding.create(app, settings).redis)
+    binding = AppBinding.create(app, settings)
+    probe(binding.redis)
+    tools = registry(app)
+    for spec in tools.values():
+        if not spec.described:
+            logger.warning(
+                "tool %r has no docstring: the model reads a description made from its name and parameters "
+                "(give %s a docstring, or pass description=...)",
+                spec.name,
+                spec.celery_task.name,
+            )
     if http:
         if metrics_port is not None:  # the server processes read it from their settings, as from the environment
             os.environ["MCP_CELERY_METRICS_PORT"] = str(metrics_port)
-        _serve_http(app_spec, host, port, workers, allow_unauthenticated)
+        about = f"app {app_spec}, {len(tools)} tools, Redis {redact(binding.redis.url)}"
+        _serve_http(app_spec, host, port, workers, allow_unauthenticated, about)
     else:
         _serve_stdio(app_spec)
 
 
-def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthenticated: bool) -> None:
+def _serve_http(
+    app_spec: str, host: str, port: int, workers: int, allow_unauthenticated: bool, about: str = ""
+) -> None:
     import uvicorn
 
     from mcp_celery.server import auth, http
@@ -66,6 +84,9 @@ def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthe
     # (MCP_CELERY_JWT_JWKS without MCP_CELERY_JWT_ISSUER, say) stops `serve` in one line.
     auth.build_verifier(settings, auth.public_url(settings, host, port))
     os.environ[http.APP_ENV], os.environ[http.HOST_ENV], os.environ[http.PORT_ENV] = app_spec, host, str(port)
+    _check_port(host, port)
+    processes = f"{workers} server process{'es' if workers > 1 else ''}"
+    _say_when_listening(host, port, f"http://{_url_host(host)}:{port}/mcp ({about}; {processes})")
     with _metrics_directory(workers):
         # Task state lives in Redis only, so any worker process can answer for any task.
         target = "mcp_celery.server.http:http_app_from_env" if workers > 1 else http.http_app(app_spec, host, port)
@@ -75,6 +96,43 @@ def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthe
         uvicorn.run(
             target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning", **log_options
         )
+
+
+def _check_port(host: str, port: int) -> None:
+    """Raises ConfigurationError when `host:port` cannot be listened on (taken, say), in one line."""
+    import socket
+
+    try:
+        socket.create_server((host, port)).close()  # SO_REUSEADDR, as uvicorn binds
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from exc
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _say_when_listening(host: str, port: int, what: str) -> None:
+    """Print "listening on WHAT" on stderr once the port takes connections (uvicorn itself says nothing
+    at log level warning), from a thread: uvicorn.run keeps this one."""
+    import socket
+    import threading
+    import time
+
+    target = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+
+    def wait() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((target, port), timeout=1).close()
+            except OSError:
+                time.sleep(0.05)
+                continue
+            print(f"mcp-celery: listening on {what}", file=sys.stderr, flush=True)
+            return
+
+    threading.Thread(target=wait, name="mcp-celery-listening", daemon=True).start()
 
 
 @contextlib.contextmanager
@@ -202,9 +260,15 @@ def parser() -> argparse.ArgumentParser:
     _app_options(view)
     view.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
     view.add_argument("--once", action="store_true", help="print one frame and exit")
-    demo = commands.add_parser("demo", help="start Redis if needed, a worker and the server, and walk through the demo")
+    demo = commands.add_parser(
+        "demo", help="start a private Redis, a worker and the server, and walk through the demo jobs"
+    )
     demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
     demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
+    for name, text in CLIENT_COMMANDS.items():
+        # Listed here; parsed by the client's own parser (`parser_for`), which this one does not import.
+        client = commands.add_parser(name, help=text, add_help=False)
+        client.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return root
 
 
@@ -245,7 +309,11 @@ def _app_options(command: argparse.ArgumentParser) -> None:
     )
 
 
-CLIENT_COMMANDS = ("call", "tasks")
+#: The client's commands (`mcp_celery.client._cli`), and what `mcp-celery --help` says of them.
+CLIENT_COMMANDS = {
+    "call": "call a tool of any SEP-2663 server as a task: progress, questions, Ctrl-C to cancel",
+    "tasks": "the tasks in the local journal: list, get, wait, cancel",
+}
 
 
 def parser_for(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, list[str]]:
@@ -267,8 +335,15 @@ def main(argv: list[str] | None = None) -> None:
         from mcp_celery.client import _cli as client_cli
 
         sys.exit(client_cli.main(argv))
-    args = parser().parse_args(argv)
+    root = parser()
+    args, unknown = root.parse_known_args(argv)
     logs.configure(args.log_level, args.log_format)
+    if args.command in CLIENT_COMMANDS:  # after the root's options (`mcp-celery --log-level INFO call ...`)
+        from mcp_celery.client import _cli as client_cli
+
+        sys.exit(client_cli.main(argv[argv.index(args.command) :]))  # its logging set up above already
+    if unknown:
+        root.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         if args.command == "serve":
             serve(

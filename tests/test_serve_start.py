@@ -2,8 +2,9 @@
 
 Real `serve` subprocesses against the suite's Redis, started from a directory that is not the
 project's, as a desktop host starts them: `--workdir`, `-A path/to/proj.py`, the import error that
-names the directories searched, and `top`'s `--workdir`. Their PYTHONPATH holds this checkout only
-(the code under test), never the project.
+names the directories searched (and `top`'s `--workdir`), the "listening on" line of `--http`, a
+tool without a docstring (its description, and the warning), and the commands `--help` lists.
+Their PYTHONPATH holds this checkout only (the code under test), never the project.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
+import mcp_celery
 from mcp_celery._jsonrpc import RawStdioClient
+from mcp_celery.redact import redact
+from mcp_celery.tools import registry
 from tests.snippet_scenario import host_session_tools
-from tests.support import ROOT, session_redis
+from tests.support import ROOT, free_port, session_redis, wait_for
 
 PROJECT = '''
 import os
@@ -120,3 +125,67 @@ def test_top_takes_the_workdir_too(project: Path, elsewhere: Path, host_env: dic
     lost = subprocess.run(top, cwd=elsewhere, env=host_env, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)  # fmt: skip
     assert lost.returncode == 2 and "cannot import 'proj'" in lost.stderr, lost.stderr
+
+
+def test_serve_http_says_where_it_listens_and_warns_of_a_tool_without_a_docstring(
+    project: Path, elsewhere: Path, host_env: dict[str, str]
+) -> None:
+    port = free_port()
+    log = elsewhere / "serve-http.log"
+    args = serve("-A", "proj", "--workdir", str(project), "--http", "--port", str(port))
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=elsewhere, env=host_env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        line = wait_for(
+            lambda: next((x for x in log.read_text().splitlines() if "listening on" in x), None), 30, what="listening"
+        )
+        redis_url = redact(host_env.get("MCP_CELERY_REDIS_URL") or session_redis(13))  # the store's Redis
+        assert line == (
+            f"mcp-celery: listening on http://127.0.0.1:{port}/mcp (app proj, 2 tools, Redis {redis_url}; "
+            "1 server process)"
+        ), log.read_text()
+        warning = next(x for x in log.read_text().splitlines() if "no docstring" in x)
+        assert "tool 'add' has no docstring" in warning and "shout" not in warning, warning
+        # The port is taken now: a second server says so in one line, before listening on anything.
+        again = subprocess.run(args, cwd=elsewhere, env=host_env, capture_output=True, text=True, timeout=60,
+                               stdin=subprocess.DEVNULL)  # fmt: skip
+        assert again.returncode == 2 and f"cannot listen on 127.0.0.1 port {port}" in again.stderr, again.stderr
+        assert "listening on" not in again.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_help_lists_every_command_and_the_client_commands_run_after_root_options() -> None:
+    helped = subprocess.run([sys.executable, "-m", "mcp_celery", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert "{serve,token,top,demo,call,tasks}" in helped.stdout, helped.stdout
+    for command in ("call", "tasks"):
+        assert f"\n    {command} " in helped.stdout, helped.stdout
+    nested = subprocess.run(
+        [sys.executable, "-m", "mcp_celery", "--log-level", "INFO", "tasks", "--help"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert nested.returncode == 0 and "{list,get,wait,cancel}" in nested.stdout, nested.stdout + nested.stderr
+
+
+def test_a_tool_without_a_docstring_is_described_by_its_call_and_celery_name() -> None:
+    app = Celery("undescribed", set_as_current=False)
+
+    @app.task(name="proj.tasks.scale")
+    def scale(values: list[float], factor: float = 2.0, label: str | None = None) -> list[float]:
+        return [v * factor for v in values]
+
+    @mcp_celery.tool(app)
+    def documented(ctx: mcp_celery.JobContext, text: str) -> str:
+        """Says what it does."""
+        return text
+
+    mcp_celery.expose(scale)
+    tools = registry(app)
+    assert tools["scale"].described is False
+    assert tools["scale"].to_wire()["description"] == (
+        "scale(values: array, factor: number = 2.0, label: string | null = null): runs the Celery task "
+        "proj.tasks.scale (it has no docstring)."
+    )
+    assert tools["documented"].described is True and tools["documented"].description == "Says what it does."

@@ -150,7 +150,7 @@ def cli_page() -> str:
         "(../guides/client.md) for how they behave at a terminal.",
         "",
     ]
-    lines += _parser_section("mcp-celery", cli.parser(), level=2)
+    lines += _parser_section("mcp-celery", cli.parser(), level=2, skip=frozenset(cli.CLIENT_COMMANDS))
     lines += _parser_section("mcp-celery", client_cli.parser(), level=2, skip_root=True)
     lines += ["## Exit statuses of `call` and `tasks wait`", "", "| status | meaning |", "|---|---|"]
     lines += [f"| {code} | {meaning} |" for code, meaning in client_cli.EXIT_STATUSES.items()]
@@ -158,7 +158,15 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _parser_section(prog: str, parser: argparse.ArgumentParser, *, level: int, skip_root: bool = False) -> list[str]:
+def _parser_section(
+    prog: str,
+    parser: argparse.ArgumentParser,
+    *,
+    level: int,
+    skip_root: bool = False,
+    skip: frozenset[str] = frozenset(),
+) -> list[str]:
+    """The reference of `prog` and its subcommands, but those in `skip` (documented from their own parser)."""
     lines: list[str] = []
     subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     options = [a for a in parser._actions if not isinstance(a, argparse._SubParsersAction | argparse._HelpAction)]
@@ -176,6 +184,8 @@ def _parser_section(prog: str, parser: argparse.ArgumentParser, *, level: int, s
     for group in subparsers:
         helps = {choice.dest: choice.help for choice in group._choices_actions}
         for name, sub in group.choices.items():
+            if name in skip:
+                continue
             sub.description = sub.description or helps.get(name)
             lines += _parser_section(f"{prog} {name}", sub, level=level + (0 if skip_root else 1))
     return lines
