@@ -78,7 +78,7 @@ PAGE_GLOBS = ("README.md", "docs/**/*.md", "bench/*.md")
 GENERATED_REPORTS = ("bench/results",)
 #: Commands a `sh check` block may use beyond those checked one by one; their path arguments are checked.
 PLAIN_COMMANDS = {"kill", "echo", "curl", "cd", "ls", "redis-server", "redis-cli", "rabbitmq-server", "ruff", "mypy",
-                  "npm", "bash", "mkdocs", "export", "git", "cat", "ollama"}  # fmt: skip
+                  "npm", "bash", "mkdocs", "export", "git", "cat", "ollama", "."}  # fmt: skip
 VARIABLE = re.compile(r"\b(?:MCP_CELERY|JOBS)_[A-Z0-9_]*[A-Z0-9]\b(?![*_])")
 INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
