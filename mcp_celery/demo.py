@@ -1,8 +1,12 @@
-"""`mcp-celery demo`: Redis (a private one if none answers), a worker and the HTTP server, then a walkthrough.
+"""`mcp-celery demo`: a private Redis, a worker and the HTTP server, then a walkthrough.
 
 Tier 4. Serves the demo jobs that ship in the package (`mcp_celery/demo_jobs.py`), so it runs
-from a plain install. Everything it starts is stopped by pid when it ends. The walkthrough
-speaks raw JSON-RPC, to show the wire.
+from a plain install. Its Redis is a `redis-server` of its own on a free port (the machine's
+binary, else the one `[embedded]` ships), with its files in the demo's temporary folder: a Redis
+the machine already runs, or one named by CELERY_BROKER_URL for another project, is never
+written to. A shared Redis is used only when named by MCP_CELERY_DEMO_REDIS. Everything it starts
+is stopped by pid when it ends, and its temporary folder removed. The walkthrough speaks raw
+JSON-RPC, to show the wire.
 """
 
 from __future__ import annotations
@@ -19,54 +23,107 @@ from typing import Any
 
 from mcp_celery._jsonrpc import RawHttpClient
 from mcp_celery._processes import Process, redis_answers, start_redis
+from mcp_celery.errors import ConfigurationError
 from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities
+from mcp_celery.redact import redact
 
-__all__ = ["run_demo"]
+__all__ = ["DEMO_REDIS_ENV", "run_demo"]
 
-DEFAULT_REDIS = "redis://127.0.0.1:6379"
+#: Names a shared Redis for the demo (databases 0 and 1) instead of a private one.
+DEMO_REDIS_ENV = "MCP_CELERY_DEMO_REDIS"
+#: Variables that would point the demo's worker and server at another Redis: the demo sets or drops them.
+FOUND_REDIS_ENV = ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "MCP_CELERY_REDIS_URL")
 DEMO_APP = "mcp_celery.demo_jobs"
 #: The demo server's inline window (MCP_CELERY_INLINE_S; 20 s by default), short so step 5 shows a handle.
 DEMO_INLINE_S = 2
 
 
 def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
+    """Run the demo; 0 when every step did what it shows.
+
+    Raises:
+        ConfigurationError: MCP_CELERY_DEMO_REDIS names a Redis that does not answer.
+    """
+    named = _named_redis()
     workdir = Path(tempfile.mkdtemp(prefix="mcp-celery-demo-"))
-    with _processes() as started:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if "CELERY_BROKER_URL" not in env:
-            probe = env.get("MCP_CELERY_DEMO_REDIS", DEFAULT_REDIS)
-            base = probe if redis_answers(probe) else _private_redis(started, workdir)
-            env.update(CELERY_BROKER_URL=f"{base}/0", CELERY_RESULT_BACKEND=f"{base}/1")
-        print(f"broker {env['CELERY_BROKER_URL']}, results {env['CELERY_RESULT_BACKEND']}")
-        worker = Process(
-            [sys.executable, "-m", "celery", "-A", DEMO_APP, "worker", "-P", "prefork", "-c", "3", "-n",
-             f"demo-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "INFO"],
-            env, workdir / "worker.log",
-        )  # fmt: skip
-        started.append(worker)
-        worker.wait_ready(lambda: "ready." in worker.output(), 60, "the Celery worker")
-        print(f"worker ready (celery -A {DEMO_APP} worker), log: {worker.log}")
-        url = f"http://127.0.0.1:{port}/mcp"
-        server = Process(
-            [sys.executable, "-m", "mcp_celery", "serve", "-A", DEMO_APP, "--http", "--port", str(port)],
-            {"MCP_CELERY_INLINE_S": str(DEMO_INLINE_S), **env},
-            workdir / "server.log",
-        )
-        started.append(server)
-        server.wait_ready(lambda: _http_up(url), 60, "the MCP server")
-        print(f"MCP server ready (mcp-celery serve -A {DEMO_APP} --http --port {port}): {url}\n")
-        client = Walkthrough(url)
-        try:
-            ok = client.run()
-        finally:
-            client.close()
-        if keep_serving:
-            print(f"\nServing {url} until Ctrl-C.")
-            with suppress(KeyboardInterrupt):
-                while worker.alive() and server.alive():
-                    time.sleep(0.5)
-    shutil.rmtree(workdir, ignore_errors=True)
+    ok = False
+    try:
+        with _processes() as started:
+            env = _demo_env(named or _private_redis(started, workdir))
+            ok = _run(env, workdir, started, port, keep_serving)
+    finally:
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"the demo's logs are kept in {workdir}", file=sys.stderr)
     return 0 if ok else 1
+
+
+def _named_redis() -> str | None:
+    """The shared Redis MCP_CELERY_DEMO_REDIS names, checked; None when unset.
+
+    Raises:
+        ConfigurationError: it does not answer.
+    """
+    ignored = [name for name in FOUND_REDIS_ENV if os.environ.get(name)]
+    if ignored:
+        print(f"ignoring {', '.join(ignored)} from the environment (name a shared Redis with {DEMO_REDIS_ENV})")
+    named = os.environ.get(DEMO_REDIS_ENV, "").rstrip("/")
+    if not named:
+        return None
+    if not redis_answers(named):
+        raise ConfigurationError(f"{DEMO_REDIS_ENV}={redact(named)} does not answer; unset it for a private Redis")
+    print(f"Redis: {redact(named)} ({DEMO_REDIS_ENV}), databases 0 and 1; the demo's keys stay there")
+    return named
+
+
+def _private_redis(started: list[Process], workdir: Path) -> str:
+    """A redis-server of the demo's own on a free port, its files (none: no persistence) in `workdir`."""
+    try:
+        url, proc = start_redis(workdir / "redis.log", data_dir=workdir / "redis")
+    except RuntimeError as exc:
+        raise ConfigurationError(f"demo: {exc}; or name a running Redis with {DEMO_REDIS_ENV}") from exc
+    started.append(proc)
+    print(f"Redis: a private redis-server (pid {proc.pid}, {proc.args[0]}) on {url}; stopped at the end")
+    return url
+
+
+def _demo_env(base: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in FOUND_REDIS_ENV}
+    # The store's records go with the result backend (MCP_CELERY_REDIS_URL is dropped above).
+    env.update(PYTHONUNBUFFERED="1", CELERY_BROKER_URL=f"{base}/0", CELERY_RESULT_BACKEND=f"{base}/1")
+    return env
+
+
+def _run(env: dict[str, str], workdir: Path, started: list[Process], port: int, keep_serving: bool) -> bool:
+    worker = Process(
+        [sys.executable, "-m", "celery", "-A", DEMO_APP, "worker", "-P", "prefork", "-c", "3", "-n",
+         f"demo-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "INFO"],
+        env, workdir / "worker.log",
+    )  # fmt: skip
+    started.append(worker)
+    worker.wait_ready(lambda: "ready." in worker.output(), 60, "the Celery worker")
+    print(f"worker ready (celery -A {DEMO_APP} worker), log: {worker.log}")
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = Process(
+        [sys.executable, "-m", "mcp_celery", "serve", "-A", DEMO_APP, "--http", "--port", str(port)],
+        {"MCP_CELERY_INLINE_S": str(DEMO_INLINE_S), **env},
+        workdir / "server.log",
+    )
+    started.append(server)
+    server.wait_ready(lambda: _http_up(url), 60, "the MCP server")
+    print(f"MCP server ready (mcp-celery serve -A {DEMO_APP} --http --port {port}): {url}\n")
+    client = Walkthrough(url)
+    try:
+        ok = client.run()
+    finally:
+        client.close()
+    if keep_serving:
+        print(f"\nServing {url} until Ctrl-C.")
+        with suppress(KeyboardInterrupt):
+            while worker.alive() and server.alive():
+                time.sleep(0.5)
+    return ok
 
 
 class Walkthrough(RawHttpClient):
@@ -176,13 +233,6 @@ def _processes() -> Iterator[list[Process]]:
     finally:
         for proc in reversed(started):
             proc.stop()
-
-
-def _private_redis(started: list[Process], workdir: Path) -> str:
-    url, proc = start_redis(workdir / "redis.log")
-    started.append(proc)
-    print(f"no Redis answered: started an embedded one (a private redis-server) on {url}")
-    return url
 
 
 def _http_up(url: str) -> bool:

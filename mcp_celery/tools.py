@@ -10,6 +10,7 @@ they are built, at import time, so a bad signature fails at `celery worker` or
 from __future__ import annotations
 
 import inspect
+import json
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TASK_MODES, TaskMode, call_tool_result
 from mcp_celery.workflows import WorkflowSummary
 
-__all__ = ["AskFirst", "ToolSpec", "build_input_model", "registry"]
+__all__ = ["AskFirst", "ToolSpec", "build_input_model", "registry", "signature_description"]
 
 #: Questions settled through an MRTR round before a task is created: a fixed mapping of
 #: key to input request, or a function of the validated arguments returning one (or None).
@@ -51,6 +52,8 @@ class ToolSpec:
     given: frozenset[str] | None = None
     input_schema: dict[str, Any] = field(init=False)
     output_schema: dict[str, Any] | None = field(init=False)
+    #: Whether the description was written (given, or the docstring) rather than made from the signature.
+    described: bool = field(init=False)
 
     def __post_init__(self) -> None:
         if self.task_mode not in TASK_MODES:
@@ -65,6 +68,9 @@ class ToolSpec:
         object.__setattr__(self, "input_schema", self.input_model.model_json_schema())
         schema = None if self.output_adapter is None else self.output_adapter.json_schema(mode="serialization")
         object.__setattr__(self, "output_schema", schema)
+        object.__setattr__(self, "described", bool(self.description))
+        if not self.description:  # a model with only a name to go by: give it the call's shape at least
+            object.__setattr__(self, "description", signature_description(self.name, self.celery_task.name, self))
 
     def validate_arguments(self, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """Validated arguments as JSON-ready values, ready for a Celery message.
@@ -109,6 +115,32 @@ class ToolSpec:
         if self.output_schema is not None:
             tool["outputSchema"] = self.output_schema
         return tool
+
+
+def signature_description(tool: str, task_name: str, spec: ToolSpec) -> str:
+    """A description for a tool without one: its call, from the input schema, and the Celery task it runs.
+
+    >>> from celery import Celery
+    >>> app = Celery(set_as_current=False)
+    >>> def add(x: int, y: int = 1) -> int: return x + y
+    >>> model, _, out = build_input_model(add, "add", skip=(), context_type=None)
+    >>> ToolSpec("add", app.task(add, name="proj.add"), model, output_adapter=out).description
+    'add(x: integer, y: integer = 1): runs the Celery task proj.add (it has no docstring).'
+    """
+    properties: Mapping[str, Any] = spec.input_schema.get("properties") or {}
+    parameters = ", ".join(
+        f"{name}: {_schema_type(prop)}" + (f" = {json.dumps(prop['default'])}" if "default" in prop else "")
+        for name, prop in properties.items()
+    )
+    returns = "" if spec.output_schema is None else f" -> {_schema_type(spec.output_schema)}"
+    return f"{tool}({parameters}){returns}: runs the Celery task {task_name} (it has no docstring)."
+
+
+def _schema_type(schema: Mapping[str, Any]) -> str:
+    if "type" in schema:
+        return str(schema["type"]) if schema["type"] != "object" else str(schema.get("title") or "object")
+    variants = schema.get("anyOf") or schema.get("oneOf") or []
+    return " | ".join(_schema_type(v) for v in variants) or "any"
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[Celery, dict[str, ToolSpec]] = weakref.WeakKeyDictionary()

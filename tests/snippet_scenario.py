@@ -4,8 +4,9 @@ A page's scenario: its `file=` blocks are written to a fresh directory (with the
 `proj.py`, that the page does not write itself: other pages name them too), then its `run` blocks
 run there in order, with CELERY_BROKER_URL and CELERY_RESULT_BACKEND on database 15 of the suite's
 Redis (emptied first), the client journal in that directory, `mcp-celery` and `celery` run as
-`python -m mcp_celery` and `python -m celery` (this checkout's code), port 8000 replaced by a free
-one, and a path under /etc/ taken under the directory (`/etc/mcp-celery/tokens` is
+`python -m mcp_celery` and `python -m celery` (this checkout's code; a virtualenv's `mcp-celery` by
+its path too), port 8000 replaced by a free one, /path/to/your/project by the directory, and a path
+under /etc/ taken under the directory (`/etc/mcp-celery/tokens` is
 `DIR/etc/mcp-celery/tokens`). A `celery ... worker` line and a `mcp-celery serve ... --http` line
 are services: started in the background, waited for until they answer, and stopped by pid when the
 page's scenario ends. Every other command must exit 0, but the last one of a block with `exit=N`
@@ -34,6 +35,8 @@ __all__ = ["Scenario", "console_steps", "exit_status", "unmatched"]
 DOCS_PORT = "8000"
 #: A path the docs use for configuration, taken under the scenario's directory when a page runs.
 SYSTEM_CONFIG = re.compile(r"(?<![\w./~-])/etc/")
+#: The reader's project directory in the docs (host configs name it), the scenario's directory when a page runs.
+PROJECT_DIR = "/path/to/your/project"
 #: Variables a page's scenario sets for every command, whatever a snippet says: its Redis and journal.
 SCENARIO_OWNED = ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "MCP_CELERY_REDIS_URL", "MCP_CELERY_CLIENT_JOURNAL")
 
@@ -61,7 +64,7 @@ class Scenario:
 
     def local(self, text: str) -> str:
         """The snippet as run here: port 8000 is this scenario's free port, /etc/ a folder of its directory."""
-        text = SYSTEM_CONFIG.sub(f"{self.directory}/etc/", text)
+        text = SYSTEM_CONFIG.sub(f"{self.directory}/etc/", text).replace(PROJECT_DIR, str(self.directory))
         return re.sub(rf"(?<=[:= ]){DOCS_PORT}\b", str(self.port), text)
 
     def write(self, block: Block) -> None:
@@ -97,7 +100,7 @@ class Scenario:
         The config's own Redis URLs are the reader's; the scenario's take their place, and its
         PYTHONPATH comes first.
         """
-        for name, server in json.loads(block.text).get("mcpServers", {}).items():
+        for name, server in json.loads(self.local(block.text)).get("mcpServers", {}).items():
             if "command" not in server:
                 continue
             env = {**self.env, **server.get("env", {})}
@@ -149,7 +152,7 @@ class Scenario:
 
     @staticmethod
     def _command(argv: list[str]) -> list[str]:
-        if argv[0] == "mcp-celery":
+        if Path(argv[0]).name == "mcp-celery":  # also a virtualenv's, by its path
             return [sys.executable, "-m", "mcp_celery", *argv[1:]]
         if argv[0] == "celery":
             return [sys.executable, "-m", "celery", *argv[1:]]

@@ -78,7 +78,7 @@ PAGE_GLOBS = ("README.md", "docs/**/*.md", "bench/*.md")
 GENERATED_REPORTS = ("bench/results",)
 #: Commands a `sh check` block may use beyond those checked one by one; their path arguments are checked.
 PLAIN_COMMANDS = {"kill", "echo", "curl", "cd", "ls", "redis-server", "redis-cli", "rabbitmq-server", "ruff", "mypy",
-                  "npm", "bash", "mkdocs", "export", "git", "cat", "ollama"}  # fmt: skip
+                  "npm", "bash", "mkdocs", "export", "git", "cat", "ollama", "."}  # fmt: skip
 VARIABLE = re.compile(r"\b(?:MCP_CELERY|JOBS)_[A-Z0-9_]*[A-Z0-9]\b(?![*_])")
 INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
@@ -267,8 +267,8 @@ def _argv_problems(argv: list[str], page_files: frozenset[str]) -> list[str]:
     if not argv:
         return problems
     command, args = argv[0], argv[1:]
-    if "/" in command and Path(command).name in {"pip", "python", "python3"}:
-        command = Path(command).name  # a virtualenv's own pip or python
+    if "/" in command and Path(command).name in {"pip", "python", "python3", "mcp-celery"}:
+        command = Path(command).name  # a virtualenv's own pip, python or mcp-celery
     if command == "export":
         return problems + [p for a in args for p in _variable_problems(a.split("=", 1)[0])]
     if command == "mcp-celery":
@@ -317,7 +317,10 @@ def _mcp_celery_problems(args: list[str], page_files: frozenset[str]) -> list[st
             return []
         return [f"mcp-celery {' '.join(args)}: {err.getvalue().strip().splitlines()[-1]}"]
     app = getattr(namespace, "app", None)
-    if app is not None and not module_exists(app.split(":")[0], page_files):
+    module = None if app is None else app.split(":")[0]
+    if module is not None and module.endswith(".py"):  # the module's file: the page's, by its name
+        module = Path(module).stem
+    if module is not None and not module_exists(module, page_files):
         return [f"mcp-celery -A {app}: no such module"]
     return []
 

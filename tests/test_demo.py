@@ -1,25 +1,58 @@
-"""README command 1: `mcp-celery demo` on a machine with no Redis configured or answering."""
+"""README command 1: `mcp-celery demo`, on a private Redis of its own unless one is named."""
 
 from __future__ import annotations
 
 import os
+import re
 import site
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support import ROOT, free_port, session_redis
+import pytest
+import redis
+
+from mcp_celery._processes import redis_answers, start_redis
+from tests.support import ROOT, free_port
 
 
-def test_the_demo_starts_an_embedded_redis_and_walks_through_every_feature() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_")}
-    env["MCP_CELERY_DEMO_REDIS"] = f"redis://127.0.0.1:{free_port()}"  # nothing listens there
+@pytest.fixture
+def throwaway_redis(tmp_path: Path) -> Iterator[str]:
+    """A redis-server of the test's own, holding one key of 'the user's work'."""
+    url, proc = start_redis(tmp_path / "throwaway-redis.log")
+    redis.Redis.from_url(f"{url}/0").set("my-own-work", "keep me")
+    yield url
+    proc.stop()
+
+
+def key_counts(client: redis.Redis) -> dict[str, int]:
+    return {db: int(info["keys"]) for db, info in client.info("keyspace").items()}
+
+
+def test_the_demo_runs_on_a_private_redis_and_leaves_a_redis_it_could_have_found_untouched(
+    throwaway_redis: str,
+) -> None:
+    # Every way the demo once found a Redis points at this one: the environment a Celery project exports.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MCP_CELERY_DEMO"))}
+    env.update(
+        CELERY_BROKER_URL=f"{throwaway_redis}/0",
+        CELERY_RESULT_BACKEND=f"{throwaway_redis}/1",
+        MCP_CELERY_REDIS_URL=f"{throwaway_redis}/2",
+    )
+    watching = redis.Redis.from_url(throwaway_redis)  # one connection, held: any other one is counted
+    keys_before = key_counts(watching)
+    connections_before = int(watching.info("stats")["total_connections_received"])
     out = subprocess.run(
         [sys.executable, "-m", "mcp_celery", "demo", "--port", str(free_port())],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "started an embedded one" in out.stdout
+    assert key_counts(watching) == keys_before == {"db0": 1}
+    assert int(watching.info("stats")["total_connections_received"]) == connections_before  # not even a PING
+    said = re.search(r"Redis: a private redis-server \(pid (\d+), .*\) on (redis://\S+);", out.stdout)
+    assert said is not None and said[2] != throwaway_redis, out.stdout
+    assert "ignoring CELERY_BROKER_URL, CELERY_RESULT_BACKEND, MCP_CELERY_REDIS_URL" in out.stdout
     expected = ("result: demo done after 2 s", "'published': True", "cancelled by client", "result: 6 words")
     plain = ("as a plain result: job done after 1 s", "nothing was cancelled", "result: job done after 5 s")
     for line in (*expected, *plain):
@@ -29,6 +62,22 @@ def test_the_demo_starts_an_embedded_redis_and_walks_through_every_feature() -> 
     changes = [line for line in step_one if not line.lstrip().startswith(("tools/call ->", "result:")) and line]
     assert changes and all(line.endswith("(notifications/tasks)") for line in changes), step_one
     assert changes[-1].split() == ["completed", "(notifications/tasks)"], step_one
+    # It cleaned up: its Redis stopped (by pid), its folder of logs and files gone.
+    assert not redis_answers(said[2])
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(said[1]), 0)
+    logs = re.search(r"log: (\S+)/worker\.log", out.stdout)
+    assert logs is not None and not Path(logs[1]).exists(), out.stdout
+
+
+def test_a_shared_redis_named_by_mcp_celery_demo_redis_must_answer() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_")}
+    env["MCP_CELERY_DEMO_REDIS"] = f"redis://:secret@127.0.0.1:{free_port()}"  # nothing listens there
+    out = subprocess.run(
+        [sys.executable, "-m", "mcp_celery", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "MCP_CELERY_DEMO_REDIS=redis://:***@127.0.0.1:" in out.stderr and "secret" not in out.stderr, out.stderr
 
 
 def venv_seeing_this_interpreters_packages(venv: Path) -> Path:
@@ -69,10 +118,17 @@ def test_the_demo_runs_from_a_plain_install_outside_the_checkout(tmp_path: Path)
         cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert where.stdout.startswith(str(venv)), where.stdout  # not the checkout
-    env.update(CELERY_BROKER_URL=session_redis(8), CELERY_RESULT_BACKEND=session_redis(9))
-    out = subprocess.run(
-        [venv / "bin" / "mcp-celery", "demo", "--port", str(free_port())],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "result: demo done after 2 s" in out.stdout and "(notifications/tasks)" in out.stdout, out.stdout
+    # A shared Redis, named: the demo uses its databases 0 and 1 and says so.
+    shared, redis_proc = start_redis(tmp_path / "shared-redis.log")
+    try:
+        env["MCP_CELERY_DEMO_REDIS"] = shared
+        out = subprocess.run(
+            [venv / "bin" / "mcp-celery", "demo", "--port", str(free_port())],
+            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "result: demo done after 2 s" in out.stdout and "(notifications/tasks)" in out.stdout, out.stdout
+        assert f"Redis: {shared} (MCP_CELERY_DEMO_REDIS), databases 0 and 1" in out.stdout, out.stdout
+        assert set(key_counts(redis.Redis.from_url(shared))) >= {"db0", "db1"}
+    finally:
+        redis_proc.stop()

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,48 @@ def test_without_a_way_to_ask_the_questions_wait_for_task_respond(client: HttpCl
     assert shown["structuredContent"]["status"] == "input_required"
     assert "elicit-1" in shown["structuredContent"]["inputRequests"]
     assert "task_respond" in shown["content"][0]["text"]
+    plain(client, "task_cancel", {"task_id": handle["taskId"]})  # frees the worker for the next tests
+
+
+YES = {"action": "accept", "content": {"confirm": True}}
+
+
+def seconds_since_the_question(shown: dict[str, Any], answered_at: float) -> float:
+    """From the job's question (the task's lastUpdatedAt, when it went input_required) to `answered_at`."""
+    assert shown["status"] == "input_required", shown
+    asked_at = datetime.fromisoformat(shown["lastUpdatedAt"].replace("Z", "+00:00")).timestamp()
+    return answered_at - asked_at
+
+
+def test_a_question_only_task_respond_can_answer_ends_the_wait_at_once_over_http(client: HttpClient) -> None:
+    started = time.monotonic()
+    call = plain(client, "confirm_echo", {"text": "early"})  # a 2026-07-28 request that declares nothing
+    answered_at, took = time.time(), time.monotonic() - started
+    handle = handle_of(call)
+    assert handle["status"] == "input_required" and "task_respond" in call["content"][0]["text"], call
+    shown = status(client, handle["taskId"])["structuredContent"]
+    assert seconds_since_the_question(shown, answered_at) < 1.0 and took < INLINE_S - 0.5, (shown, took)
+    respond = {"task_id": handle["taskId"], "responses": {"elicit-1": YES}}
+    assert plain(client, "task_respond", respond)["isError"] is False
+    assert until_terminal(client, handle["taskId"])["content"][-1]["text"] == "early: yes"
+    # Nor is an MRTR round of any use to a caller that declared elicitation in URL mode only (a form question).
+    url_only = {"elicitation": {"url": {}}}
+    started = time.monotonic()
+    call = client.result("tools/call", {"name": "confirm_echo", "arguments": {"text": "url"}}, capabilities=url_only)
+    assert handle_of(call)["status"] == "input_required" and time.monotonic() - started < INLINE_S - 0.5, call
+    plain(client, "task_cancel", {"task_id": handle_of(call)["taskId"]})  # frees the worker for the next tests
+
+
+def test_a_question_only_task_respond_can_answer_ends_the_wait_at_once_on_a_session(stdio: StdioClient) -> None:
+    session(stdio)  # declares no elicitation: the session cannot be asked
+    call = stdio.request("tools/call", {"name": "confirm_echo", "arguments": {"text": "early"}}, modern=False)
+    answered_at = time.time()
+    handle = handle_of(call["result"])
+    arguments = {"task_id": handle["taskId"]}
+    shown = stdio.request("tools/call", {"name": "task_status", "arguments": arguments}, modern=False)["result"]
+    assert seconds_since_the_question(shown["structuredContent"], answered_at) < 1.0, shown
+    respond = {"name": "task_respond", "arguments": {**arguments, "responses": {"elicit-1": YES}}}
+    assert stdio.request("tools/call", respond, modern=False)["result"]["isError"] is False
 
 
 # ---------------------------------------------------------------- progress

@@ -1,4 +1,4 @@
-"""The docs pages built from the code at `mkdocs build` time (mkdocs-gen-files), so they cannot drift.
+"""MkDocs hook: the docs pages built from the code at `mkdocs build` time, so they cannot drift.
 
 - `index.md`: README.md, its links to `docs/` and `bench/` rewritten for the site;
 - `reference/settings.md`: every field of `mcp_celery.Settings`, its variable, default, bounds and description;
@@ -7,6 +7,9 @@
   writes it (the checks that raise them are called to get their text);
 - `reference/layout.md`: each module of the package and of `jobs/` with the first line of its docstring;
 - `benchmarks/*.md`: bench/*.md as they are (the figures live there only).
+
+A hook (`on_files`), not the mkdocs-gen-files plugin: that plugin's 0.6 pulls in a package that
+prints a screenful of red warning on every build.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import mkdocs_gen_files
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -46,11 +50,6 @@ BENCH_PAGES = {
     "results-fallback.md": "results-fallback.md",
     "where-the-time-went.md": "where-the-time-went.md",
 }
-
-
-def write(name: str, text: str) -> None:
-    with mkdocs_gen_files.open(name, "w") as out:
-        out.write(text)
 
 
 # ---------------------------------------------------------------- index.md from the README
@@ -115,7 +114,8 @@ OTHER_VARIABLES = [
     ("`JOBS_ARTIFACT_DIR`", "`train_model` (`jobs/`)",
      "where checkpoints and saved models go (default: a folder in the system temp dir)"),
     ("`MCP_CELERY_DEMO_REDIS`", "`mcp-celery demo`",
-     "the Redis to try before starting a private one (default `redis://127.0.0.1:6379`)"),
+     "a shared Redis for the demo (databases 0 and 1, a URL without a database number); unset, the demo "
+     "starts a private one"),
     ("`MCP_CELERY_TEST_REDIS`", "the test suite", "a Redis for the tests; unset, they start their own (Development)"),
 ]  # fmt: skip
 
@@ -150,7 +150,7 @@ def cli_page() -> str:
         "(../guides/client.md) for how they behave at a terminal.",
         "",
     ]
-    lines += _parser_section("mcp-celery", cli.parser(), level=2)
+    lines += _parser_section("mcp-celery", cli.parser(), level=2, skip=frozenset(cli.CLIENT_COMMANDS))
     lines += _parser_section("mcp-celery", client_cli.parser(), level=2, skip_root=True)
     lines += ["## Exit statuses of `call` and `tasks wait`", "", "| status | meaning |", "|---|---|"]
     lines += [f"| {code} | {meaning} |" for code, meaning in client_cli.EXIT_STATUSES.items()]
@@ -158,7 +158,15 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _parser_section(prog: str, parser: argparse.ArgumentParser, *, level: int, skip_root: bool = False) -> list[str]:
+def _parser_section(
+    prog: str,
+    parser: argparse.ArgumentParser,
+    *,
+    level: int,
+    skip_root: bool = False,
+    skip: frozenset[str] = frozenset(),
+) -> list[str]:
+    """The reference of `prog` and its subcommands, but those in `skip` (documented from their own parser)."""
     lines: list[str] = []
     subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     options = [a for a in parser._actions if not isinstance(a, argparse._SubParsersAction | argparse._HelpAction)]
@@ -176,6 +184,8 @@ def _parser_section(prog: str, parser: argparse.ArgumentParser, *, level: int, s
     for group in subparsers:
         helps = {choice.dest: choice.help for choice in group._choices_actions}
         for name, sub in group.choices.items():
+            if name in skip:
+                continue
             sub.description = sub.description or helps.get(name)
             lines += _parser_section(f"{prog} {name}", sub, level=level + (0 if skip_root else 1))
     return lines
@@ -348,14 +358,18 @@ def layout_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    write("index.md", site_links((ROOT / "README.md").read_text()))
-    write("reference/settings.md", settings_page())
-    write("reference/cli.md", cli_page())
-    write("reference/errors.md", errors_page())
-    write("reference/layout.md", layout_page())
+def generated_pages() -> Iterator[tuple[str, str]]:
+    """(path under docs/, Markdown) of each page built from the code."""
+    yield "index.md", site_links((ROOT / "README.md").read_text())
+    yield "reference/settings.md", settings_page()
+    yield "reference/cli.md", cli_page()
+    yield "reference/errors.md", errors_page()
+    yield "reference/layout.md", layout_page()
     for source, target in BENCH_PAGES.items():
-        write(f"benchmarks/{target}", (ROOT / "bench" / source).read_text())
+        yield f"benchmarks/{target}", (ROOT / "bench" / source).read_text()
 
 
-main()
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    for name, text in generated_pages():
+        files.append(File.generated(config, name, content=text))
+    return files

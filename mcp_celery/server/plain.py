@@ -10,7 +10,8 @@ owner, answers, events and Flower view) and waits for it up to its inline window
 * a job that asks questions gets its answers without a model round trip where the client can
   give them: a session of the initialize era that declared the capability is asked with ordinary
   server-to-client requests; a 2026-07-28 request that declared it gets an MRTR round whose
-  retry answers the running job and waits again;
+  retry answers the running job and waits again; a question the caller can answer only through
+  `task_respond` ends the wait at once, with the task handle and the question in words;
 * past the window nothing is cancelled: the call answers with a task handle, in words for the
   model (which tool to call next) and in `_meta` for programs, and the lifecycle tools
   (`lifecycle`) reach the task from any replica, also after a restart, while its TTL lasts.
@@ -155,7 +156,8 @@ async def _window(
     fresh: bool,
 ) -> Any:
     window = window_s(service, spec)
-    deadline = anyio.current_time() + window
+    started = anyio.current_time()
+    deadline = started + window
     progress = _Progress(ctx)
     asking = _SessionQuestions.of(service, ctx)
     task_id = found[0].task_id
@@ -174,6 +176,8 @@ async def _window(
                     return round_trip
                 if asking is not None:
                     asking.ask(questions, found)
+                if _only_task_respond(ctx, asking, view):  # waiting on would only cost the caller the window
+                    return _handle(service, spec, found, round(anyio.current_time() - started, 1))
             await progress.saw(found)
         left = deadline - anyio.current_time()
         if left <= 0:
@@ -204,6 +208,19 @@ def _handle(service: TaskService, spec: ToolSpec, found: Found, waited_s: float)
         structured=spec.output_schema is not None,
     )
     return types.CallToolResult.model_validate(result)
+
+
+def _only_task_respond(ctx: RequestContext, asking: _SessionQuestions | None, view: TaskView) -> bool:
+    """Whether the job asks something this caller can answer only through `task_respond`.
+
+    Called after `_mrtr_round` found nothing to ask in-band: a 2026-07-28 request then has no way,
+    nor has a session that cannot be sent requests; a session that can answers what it declared.
+    """
+    capabilities = envelope.client_capabilities(ctx)
+    return any(
+        asking is None or missing_capability(request, capabilities) is not None
+        for request in (view.input_requests or {}).values()
+    )
 
 
 def _mrtr_round(service: TaskService, ctx: RequestContext, spec: ToolSpec, found: Found) -> Any:
