@@ -1,7 +1,9 @@
 """The Celery app the benchmark runs: `noop` as an mcp-celery tool, `raw_noop` as a plain Celery task,
 `stamps`, a tool that reports the time as its status (for `python -m bench.push`), `ask_one`, a tool
-that asks its client one question (for `python -m bench.input_latency` and the cancel phase), and
-`spin`, a tool that runs until it is cancelled (the cancel phase).
+that asks its client one question (for `python -m bench.input_latency` and the cancel phase),
+`spin`, a tool that runs until it is cancelled (the cancel phase), and `ask_blocking` / `ask_parking`,
+one question then one status, the first waiting for its answer in the worker process, the second
+parking at once (for `python -m bench.parking`).
 
 All share one app and so one configuration (`mcp_celery.configure_app`): raw Celery is measured with
 the same worker settings as ours. Broker and backend are db 0 of BENCH_REDIS_URL (set by `python -m
@@ -64,3 +66,21 @@ def spin(ctx: mcp_celery.JobContext, interval_s: float = 0.02, seconds: float = 
         checkpoints += 1
         time.sleep(interval_s)
     return checkpoints
+
+
+def _ask_then_status(ctx: mcp_celery.JobContext, timeout: float) -> str:
+    answer = ctx.elicit("Publish the model?", CONFIRM, timeout=timeout)
+    ctx.status("answered")  # the job's next status after the answer: what bench.parking times
+    return "published" if answer.action == "accept" and (answer.content or {}).get("confirm") else "kept"
+
+
+@mcp_celery.tool(app, task_mode="required", park_after_s=None)
+def ask_blocking(ctx: mcp_celery.JobContext, timeout: float = 600) -> str:
+    """Ask, wait for the answer in the worker process (never parks), then report a status."""
+    return _ask_then_status(ctx, timeout)
+
+
+@mcp_celery.tool(app, task_mode="required", park_after_s=0)
+def ask_parking(ctx: mcp_celery.JobContext, timeout: float = 600) -> str:
+    """Ask and park at once (the answer runs the job again from the top), then report a status."""
+    return _ask_then_status(ctx, timeout)

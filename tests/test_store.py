@@ -125,6 +125,42 @@ def test_a_taken_mark_that_fails_is_tried_again_until_it_is_written(
         redis_proc.stop()
 
 
+def test_a_taken_mark_that_comes_after_the_job_parked_is_not_written_and_the_resumed_message_is_marked(
+    store_redis: redis.Redis,
+) -> None:
+    """The deferred `taken` mark (TakenBeat.mark_soon, up to a second after the pool took the message) of a
+    job that parked within that second, before the worker's main process heard its run end, finds no
+    heartbeat in the record: written, the parked task read failed ("the worker that took the job's message
+    was lost") once the mark ran out (bench.parking, 10,000 parked tasks). Once answered, the resumed
+    message is marked as any taken message is."""
+    client = redis.Redis(connection_pool=store_redis.connection_pool)
+    keys = Keys(f"store-test-{uuid.uuid4()}")
+    store = SyncStore(client, keys, Lifetimes(60, 60))
+    key = stored(store, "parks", now_ms())
+    assert store.job_started("parks", 30_000) is not None
+    question = json.dumps({"method": "elicitation/create", "params": {"message": "go?"}})
+    store.post_inputs("parks", {"q-1": question}, now_ms())
+    assert store.park("parks", ["q-1"], now_ms() + 60_000, '{"task": "t"}') == "parked"
+    assert store.mark_taken("parks", now_ms() + 30_000) is False
+    assert not client.hexists(key, FIELD.TAKEN)
+    resume = asyncio.run(answer_once(keys, "parks", "q-1"))
+    assert resume == '{"task": "t"}'  # unparked: the caller sends the message again
+    assert store.mark_taken("parks", now_ms() + 30_000) is True
+    assert client.hexists(key, FIELD.TAKEN)
+
+
+async def answer_once(keys: Keys, task_id: str, wire_key: str) -> str | None:
+    """The server's ANSWER of one request; the resume signature it returns."""
+    client = async_client(redis_target(os.environ.get("TEST_MARKERS_URL") or os.environ["TEST_RESULT_BACKEND"]))
+    try:
+        answer = json.dumps({"action": "accept", "content": {}})
+        taken, resume = await AsyncStore(client, keys, Lifetimes(60, 60)).answer(task_id, {wire_key: answer}, now_ms())
+        assert taken == [wire_key]
+        return resume
+    finally:
+        await client.aclose()
+
+
 def test_with_min_replicas_a_job_gives_up_on_its_question_only_once_a_replica_has_that(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -10,6 +10,7 @@ so that drift of the machine hits both sides equally.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -79,26 +80,34 @@ async def scaling_ab(t: Target, sample0: str, templates: list[fill.Template], n_
 
 
 async def ab_slices(
-    urls: dict[str, str], pick: dict[str, Callable[[], str]], rounds: int, slice_s: float, skip: int = 3
+    urls: dict[str, str],
+    pick: dict[str, Callable[[], str]],
+    rounds: int,
+    slice_s: float,
+    skip: int = 3,
+    expect: str = "completed",
 ) -> tuple[dict[str, list[list[float]]], dict[str, int], str]:
-    """Interleaved c=1 tasks/get on several servers: `rounds` rounds of one `slice_s` slice per server.
+    """Interleaved c=1 tasks/get on several servers: `rounds` rounds of one `slice_s` slice per server;
+    every answer must carry the status `expect`.
 
-    The order within a round alternates (A B, B A, ...) so neither side always follows the other. One
+    The order within a round runs through every permutation in turn (A B, B A; of three servers all six), so
+    that each server takes each place, and follows each other one, equally often. One
     keep-alive client per server for the whole run; the first `skip` requests of each slice are not recorded
     (the server that was idle during the other slice wakes up). One unrecorded warm-up round comes first.
     Returns per server the latencies (seconds) of each round, the error counts and the first error.
     """
     names = list(urls)
+    orders = list(itertools.permutations(names))
     per_round: dict[str, list[list[float]]] = {n: [] for n in names}
     errors = dict.fromkeys(names, 0)
     first_err: list[str] = []
     clients = {n: rpc.new_client() for n in names}
     try:
         for rnd in range(-1, rounds):  # round -1: warm-up
-            order = names if rnd % 2 == 0 else names[::-1]
+            order = orders[rnd % len(orders)]
             for n in order:
                 seconds = 2 * slice_s if rnd < 0 else slice_s
-                lat = await one_slice(clients[n], urls[n], pick[n], seconds, skip, n, errors, first_err)
+                lat = await one_slice(clients[n], urls[n], pick[n], seconds, skip, n, errors, first_err, expect)
                 if rnd >= 0:
                     per_round[n].append(lat)
     finally:
@@ -115,8 +124,9 @@ async def one_slice(
     side: str,
     errors: dict[str, int],
     first_err: list[str],
+    expect: str = "completed",
 ) -> list[float]:
-    """tasks/get back to back on one server for `seconds`; every answer must say `completed`."""
+    """tasks/get back to back on one server for `seconds`; every answer must say `expect`."""
     lat: list[float] = []
     k = 0
     end = time.monotonic() + seconds
@@ -126,8 +136,8 @@ async def one_slice(
         try:
             g = await rpc.tasks_get(client, url, tid)
             dt = time.perf_counter() - t0
-            if g.get("status") != "completed":
-                raise rpc.RpcError(f"task {tid} is {g.get('status')!r}, not completed")
+            if g.get("status") != expect:
+                raise rpc.RpcError(f"task {tid} is {g.get('status')!r}, not {expect}")
         except Exception as e:  # noqa: BLE001  (counted, and reported with the figure)
             errors[side] += 1
             if not first_err:

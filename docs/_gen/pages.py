@@ -48,6 +48,7 @@ BENCH_PAGES = {
     "results-logsearch-engines.md": "results-logsearch-engines.md",
     "results-workflow.md": "results-workflow.md",
     "results-fallback.md": "results-fallback.md",
+    "results-parking.md": "results-parking.md",
     "where-the-time-went.md": "where-the-time-went.md",
 }
 

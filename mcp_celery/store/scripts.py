@@ -228,12 +228,14 @@ return 1
 # mark, only if it marked; before a beat, where it still is).
 # Keeps the task watched from the moment a worker takes its message until the job starts: only
 # for an MCP task (its record has a tool) whose job has not started nor ended (the pool may start it
-# before the worker's main process marks it), and a beat only while the mark is there.
+# before the worker's main process marks it), nor parked (a job that parked before the main process
+# heard its run end has no heartbeat either: marked, the parked task would read lost once the mark ran
+# out), and a beat only while the mark is there.
 # Returns 1 when written; 0 tells the beating thread to stop.
 TAKEN = f"""
-local seen = redis.call(
-  'HMGET', KEYS[1], '{FIELD.TOOL}', '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}', '{FIELD.TAKEN}')
-if not seen[1] or seen[2] or seen[3] or seen[4] or (ARGV[2] ~= '1' and not seen[5]) then return 0 end
+local seen = redis.call('HMGET', KEYS[1], '{FIELD.TOOL}', '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}',
+  '{FIELD.TAKEN}', '{FIELD.PARKED}')
+if not seen[1] or seen[2] or seen[3] or seen[4] or seen[6] or (ARGV[2] ~= '1' and not seen[5]) then return 0 end
 redis.call('HSET', KEYS[1], '{FIELD.TAKEN}', ARGV[1])
 return 1
 """
