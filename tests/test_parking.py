@@ -56,6 +56,14 @@ def client(server: str) -> Iterator[HttpClient]:
     c.close()
 
 
+@pytest.fixture
+def worker(parking_env: dict[str, str], tmp_path: Path) -> Iterator[Process]:
+    """A prefork worker of one process for the parking jobs, for one test."""
+    proc = one_worker(parking_env, tmp_path / "worker.log")
+    yield proc
+    proc.stop()
+
+
 def one_worker(parking_env: dict[str, str], log: Path) -> Process:
     return start_worker(parking_env, log, app=APP, name=f"park-{uuid.uuid4().hex[:8]}", concurrency=1)
 
@@ -119,28 +127,24 @@ def check_answered(client: HttpClient, created: dict[str, float], run: str) -> N
 
 
 def test_twenty_questions_hold_no_worker_and_a_job_without_one_runs_meanwhile(
-    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+    client: HttpClient, worker: Process, parking_env: dict[str, str]
 ) -> None:
-    worker = one_worker(parking_env, tmp_path / "worker.log")
-    try:
-        run = uuid.uuid4().hex[:8]
-        created = ask_twenty(client, run)
-        plain = start(client, "no_question", text="meanwhile")
-        for task_id, at in created.items():
-            wait_for(lambda t=task_id: asking_parked(client, t), 20, 0.05, f"{task_id} to ask and park")
-            # Within 10 s of its creation, though one process runs them all one after another.
-            assert time.monotonic() - at < 10, (task_id, time.monotonic() - at)
-        done = wait_status(client, plain, {"completed", "failed", "cancelled"})
-        assert done["status"] == "completed", done
-        assert all(client.get(t)["status"] == "input_required" for t in created)  # nobody answered yet
-        frame = top_once(parking_env)
-        assert "parked (no worker) 20" in frame and frame.count("parked, no worker") == 10, frame
-        for i, task_id in enumerate(created):
-            answer(client, task_id, approve=i % 2 == 0)
-        check_answered(client, created, run)
-        assert "parked (no worker) 0" in top_once(parking_env)
-    finally:
-        worker.stop()
+    run = uuid.uuid4().hex[:8]
+    created = ask_twenty(client, run)
+    plain = start(client, "no_question", text="meanwhile")
+    for task_id, at in created.items():
+        wait_for(lambda t=task_id: asking_parked(client, t), 20, 0.05, f"{task_id} to ask and park")
+        # Within 10 s of its creation, though one process runs them all one after another.
+        assert time.monotonic() - at < 10, (task_id, time.monotonic() - at)
+    done = wait_status(client, plain, {"completed", "failed", "cancelled"})
+    assert done["status"] == "completed", done
+    assert all(client.get(t)["status"] == "input_required" for t in created)  # nobody answered yet
+    frame = top_once(parking_env)
+    assert "parked (no worker) 20" in frame and frame.count("parked, no worker") == 10, frame
+    for i, task_id in enumerate(created):
+        answer(client, task_id, approve=i % 2 == 0)
+    check_answered(client, created, run)
+    assert "parked (no worker) 0" in top_once(parking_env)
 
 
 def top_once(parking_env: dict[str, str]) -> str:
@@ -177,81 +181,59 @@ def test_parked_jobs_survive_a_warm_and_a_cold_worker_stop_and_answers_given_whi
     assert "exited prematurely" not in first.output() + third.output()
 
 
-def test_an_answer_within_the_park_window_needs_no_second_run(
-    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
-) -> None:
-    worker = one_worker(parking_env, tmp_path / "worker.log")
-    try:
-        run = uuid.uuid4().hex[:8]
-        task_id = start(client, "park_late", marker=run)
-        wait_status(client, task_id, {"input_required"})
-        answer(client, task_id, approve=True)
-        task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
-        assert task["status"] == "completed" and task["result"]["content"][0]["text"] == f"build-1 {run} approve=True"
-        assert counted(run, "before") == 1  # one run: the step outside ctx.once did not run again
-    finally:
-        worker.stop()
+def test_an_answer_within_the_park_window_needs_no_second_run(client: HttpClient, worker: Process) -> None:
+    run = uuid.uuid4().hex[:8]
+    task_id = start(client, "park_late", marker=run)
+    wait_status(client, task_id, {"input_required"})
+    answer(client, task_id, approve=True)
+    task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
+    assert task["status"] == "completed" and task["result"]["content"][0]["text"] == f"build-1 {run} approve=True"
+    assert counted(run, "before") == 1  # one run: the step outside ctx.once did not run again
 
 
-def test_a_cancelled_parked_job_ends_at_once_and_never_runs_again(
-    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
-) -> None:
-    worker = one_worker(parking_env, tmp_path / "worker.log")
-    try:
-        run = uuid.uuid4().hex[:8]
-        task_id = start(client, "park_at_once", marker=run, work_s=0)
-        wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
-        asked = client.get(task_id)
-        started = time.monotonic()
-        client.result("tasks/cancel", {"taskId": task_id})
-        task = wait_status(client, task_id, {"cancelled", "completed", "failed"}, timeout=5)
-        assert time.monotonic() - started < 1.0 and task["status"] == "cancelled", task
-        assert "parked" in task["statusMessage"], task
-        # A late answer is not taken, and a job queued after it runs while it does not.
-        reply = client.result(
-            "tasks/update",
-            {"taskId": task_id, "inputResponses": {key_of(asked): {"action": "accept", "content": {"approve": True}}}},
-            capabilities=ELICIT,
-        )
-        assert reply["resultType"] == "complete"
-        after = start(client, "no_question", text="after")
-        assert wait_status(client, after, {"completed", "failed", "cancelled"})["status"] == "completed"
-        assert counted(run, "before") == 1 and client.get(task_id)["status"] == "cancelled"
-        assert not indexed(task_id)  # top and the metrics count it no more
-        assert AsyncResult(task_id, app=parking_jobs.app).state == "REVOKED"  # Celery's own view, as Flower's
-    finally:
-        worker.stop()
+def test_a_cancelled_parked_job_ends_at_once_and_never_runs_again(client: HttpClient, worker: Process) -> None:
+    run = uuid.uuid4().hex[:8]
+    task_id = start(client, "park_at_once", marker=run, work_s=0)
+    wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+    asked = client.get(task_id)
+    started = time.monotonic()
+    client.result("tasks/cancel", {"taskId": task_id})
+    task = wait_status(client, task_id, {"cancelled", "completed", "failed"}, timeout=5)
+    assert time.monotonic() - started < 1.0 and task["status"] == "cancelled", task
+    assert "parked" in task["statusMessage"], task
+    # A late answer is not taken, and a job queued after it runs while it does not.
+    reply = client.result(
+        "tasks/update",
+        {"taskId": task_id, "inputResponses": {key_of(asked): {"action": "accept", "content": {"approve": True}}}},
+        capabilities=ELICIT,
+    )
+    assert reply["resultType"] == "complete"
+    after = start(client, "no_question", text="after")
+    assert wait_status(client, after, {"completed", "failed", "cancelled"})["status"] == "completed"
+    assert counted(run, "before") == 1 and client.get(task_id)["status"] == "cancelled"
+    assert not indexed(task_id)  # top and the metrics count it no more
+    assert AsyncResult(task_id, app=parking_jobs.app).state == "REVOKED"  # Celery's own view, as Flower's
 
 
 def test_a_parked_question_that_times_out_ends_the_task_failed_naming_the_setting(
-    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+    client: HttpClient, worker: Process
 ) -> None:
-    worker = one_worker(parking_env, tmp_path / "worker.log")
-    try:
-        task_id = start(client, "park_at_once", marker=uuid.uuid4().hex[:8], work_s=0, timeout=2)
+    task_id = start(client, "park_at_once", marker=uuid.uuid4().hex[:8], work_s=0, timeout=2)
+    wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+    task = wait_status(client, task_id, {"cancelled", "completed", "failed"}, timeout=30)
+    assert task["status"] == "failed" and "MCP_CELERY_INPUT_TIMEOUT_S" in task["statusMessage"], task
+    assert not indexed(task_id)
+
+
+def test_a_job_with_two_questions_parks_at_each_and_ends_with_both_answers(client: HttpClient, worker: Process) -> None:
+    run = uuid.uuid4().hex[:8]
+    task_id = start(client, "two_questions", marker=run)
+    for approve in (True, False):
         wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
-        task = wait_status(client, task_id, {"cancelled", "completed", "failed"}, timeout=30)
-        assert task["status"] == "failed" and "MCP_CELERY_INPUT_TIMEOUT_S" in task["statusMessage"], task
-        assert not indexed(task_id)
-    finally:
-        worker.stop()
-
-
-def test_a_job_with_two_questions_parks_at_each_and_ends_with_both_answers(
-    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
-) -> None:
-    worker = one_worker(parking_env, tmp_path / "worker.log")
-    try:
-        run = uuid.uuid4().hex[:8]
-        task_id = start(client, "two_questions", marker=run)
-        for approve in (True, False):
-            wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
-            answer(client, task_id, approve=approve)
-        task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
-        assert task["status"] == "completed" and task["result"]["content"][0]["text"] == "True False", task
-        assert counted(run, "before") == 3  # the first run, then one resume per question
-    finally:
-        worker.stop()
+        answer(client, task_id, approve=approve)
+    task = wait_status(client, task_id, {"completed", "failed", "cancelled"})
+    assert task["status"] == "completed" and task["result"]["content"][0]["text"] == "True False", task
+    assert counted(run, "before") == 3  # the first run, then one resume per question
 
 
 def test_a_parked_task_survives_a_server_restart_and_a_redis_restart_with_aof(
@@ -284,11 +266,10 @@ def test_a_parked_task_survives_a_server_restart_and_a_redis_restart_with_aof(
 
 
 def test_an_at_least_once_job_that_parks_leaves_no_unacked_message_and_resumes_once(
-    client: HttpClient, parking_env: dict[str, str], tmp_path: Path
+    client: HttpClient, worker: Process
 ) -> None:
     """Late ack: the park acknowledges the message (else kombu would deliver it again after the visibility
     timeout), and the runs counter of `retry_on_worker_loss` counts the park and its resume as one run."""
-    worker = one_worker(parking_env, tmp_path / "worker.log")
     broker = redis.Redis.from_url(parking_jobs.BROKER)
     try:
         run = uuid.uuid4().hex[:8]
@@ -302,4 +283,3 @@ def test_an_at_least_once_job_that_parks_leaves_no_unacked_message_and_resumes_o
         assert broker.hlen("unacked") == 0
     finally:
         broker.close()
-        worker.stop()
