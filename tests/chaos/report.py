@@ -7,7 +7,9 @@ questions and the value its `ctx.once` work returned, `cancelled` only if cancel
 lost or stopped worker's task: a kill hit one of its runs, or a kill came after its first answer (the
 resumed message may have been taken by the killed worker). Its `ctx.once` work runs again only after a
 call of it that a chaos event cut short: each call but the last was in a process killed (or, for an
-at-least-once job, during a Redis restart) between that call's start and the next call's.
+at-least-once job, while Redis restarted) between that call's start and the next call's, where a
+worker's SIGTERM lasts until it exited and a Redis restart until Redis was back (and Celery may see
+the lost connection up to `KILL_STAMP_S` later).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ RETRIES = 3
 FAILURE_REASONS = ("lost", "shut down")
 #: A job that parked (`mcp_celery.worker.context`), in its worker's log.
 PARKED_LINE = re.compile(r"task (\S+): parked until answered")
-#: Slack (s) between a kill and the wall-clock stamp the driver gives it after the signal.
+#: Slack (s) between a chaos event's wall-clock stamps and its effect on a job (the driver stamps a kill
+#: after the signal; Celery notices a Redis restart at its next broker read).
 KILL_STAMP_S = 1.0
 
 
@@ -168,8 +171,10 @@ def _once_again(chaos: Chaos, task: Tracked, calls: list[dict[str, Any]]) -> str
 
 
 def _cut(kill: Kill, task: Tracked, call: dict[str, Any], until: float) -> bool:
-    """Whether `kill` may have stopped `call` (of ctx.once's work) before its value was stored."""
-    if not call["t"] <= kill.wall <= until + KILL_STAMP_S:
+    """Whether `kill` may have stopped `call` (of ctx.once's work) before its value was stored: it
+    happened (or lasted) between the call's start and the next call's."""
+    ended = kill.wall if kill.wall_end is None else kill.wall_end
+    if not (kill.wall <= until + KILL_STAMP_S and call["t"] <= ended + KILL_STAMP_S):
         return False
     if kill.kind == "redis_restart":
         return task.kind in AT_LEAST_ONCE  # Celery stops late-ack jobs then (see Chaos._redis_restart)

@@ -77,6 +77,9 @@ class Kill:
     tasks: set[str] = field(default_factory=lambda: set())
     #: When, by the wall clock (the jobs' logs are stamped so).
     wall: float = field(default_factory=time.time)
+    #: When it was over, by the wall clock, for an event that lasts (a worker's shutdown until it
+    #: exited, a Redis restart until Redis was back); None: at once.
+    wall_end: float | None = None
 
 
 @dataclass
@@ -369,7 +372,8 @@ class Chaos:
         pid = self.cluster.terminate_worker(name)
         self.stopping.add(name)
         stopped = time.monotonic()
-        self.kills.append(Kill("worker_restart", stopped, {pid}, self._running_on({pid}, worker=True)))
+        kill = Kill("worker_restart", stopped, {pid}, self._running_on({pid}, worker=True))
+        self.kills.append(kill)
         self._answer_soon()
 
         def restart() -> bool:
@@ -380,6 +384,7 @@ class Chaos:
                 self.problems.append(f"worker {name} (pid {pid}) still running {SHUTDOWN_LIMIT_S:.0f} s after SIGTERM")
                 self.problems.append(self.cluster.log_tail(name))
                 self.cluster.kill_worker(name)
+            kill.wall_end = time.time()  # its jobs ran on until now (the shutdown grace, then a cold stop)
             self.cluster.start_worker(name)
             self.stopping.discard(name)
             return True
@@ -413,6 +418,8 @@ class Chaos:
         # open at-least-once task may be hit, as by a kill (one that starts in the instant before
         # the restart is not in the runs list yet); at-most-once jobs run on through the outage.
         retried = {t for t in self.open if self.tasks[t].kind in AT_LEAST_ONCE}
-        self.kills.append(Kill("redis_restart", time.monotonic(), set(), retried))
+        kill = Kill("redis_restart", time.monotonic(), set(), retried)
+        self.kills.append(kill)
         self.cluster.restart_redis()
+        kill.wall_end = time.time()
         return True
