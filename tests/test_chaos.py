@@ -22,3 +22,4 @@ def test_every_task_ends_consistently_with_what_happened_to_it(tmp_path: Path) -
     assert not verdict.problems, "\n".join(verdict.problems)
     assert not verdict.stuck, "\n".join(verdict.stuck)
     assert all(verdict.counts[kind] >= 1 for kind in KINDS), verdict.counts
+    assert verdict.counts["resumed_completed"] >= 1, verdict.counts  # parked jobs were answered and resumed
