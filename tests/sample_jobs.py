@@ -398,6 +398,33 @@ def _hold_before_started(task: object = None, kwargs: dict[str, object] | None =
         time.sleep(0.02)
 
 
+def _hold(hold_file: str) -> None:
+    """Create `<hold_file>.reached`, then wait (two minutes at most) until `hold_file` exists."""
+    with open(f"{hold_file}.reached", "w") as reached:
+        reached.write("held")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(hold_file) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@mcp_celery.tool(app)
+def held_once(ctx: mcp_celery.JobContext, hold_file: str, inside: bool) -> str:
+    """`ctx.once` with a hold (`_hold`) inside its work (`inside`: the value is stored after the hold)
+    or just before the call (the stored value is looked for after it); each call of the work is noted
+    in `<hold_file>.calls`."""
+
+    def work() -> str:
+        with open(f"{hold_file}.calls", "a") as calls:
+            calls.write("called\n")
+        if inside:
+            _hold(hold_file)
+        return "built"
+
+    if not inside:
+        _hold(hold_file)
+    return f"{ctx.once('build', work)} once"
+
+
 # ---------------------------------------------------------------- a backlog behind busy slots
 
 

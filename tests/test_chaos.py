@@ -31,3 +31,5 @@ def test_every_task_ends_consistently_with_what_happened_to_it(tmp_path: Path) -
     assert not verdict.problems, "\n".join([replay, *verdict.problems])
     assert not verdict.stuck, "\n".join([replay, *verdict.stuck])
     assert all(verdict.counts[kind] >= 1 for kind in KINDS), f"{replay}\n{verdict.counts}"
+    # Parked jobs were answered and resumed.
+    assert verdict.counts["resumed_completed"] >= 1, f"{replay}\n{verdict.counts}"

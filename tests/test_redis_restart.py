@@ -117,6 +117,31 @@ def test_a_job_starting_while_redis_is_down_waits_for_it_instead_of_failing(
     assert done["result"]["content"][0]["text"] == "started after the hold", done
 
 
+@pytest.mark.parametrize("inside", [True, False], ids=["storing", "looking-up"])
+def test_ctx_once_waits_for_a_restarting_redis_instead_of_failing_the_job(
+    inside: bool, stack: HttpClient, own_redis: PersistentRedis, tmp_path: Path, worker_log: Path
+) -> None:
+    """`ctx.once` with Redis away as it stores its value (`storing`) or looks for one (`looking-up`).
+
+    Seen in the chaos test (parking jobs wrap their work in `ctx.once`): Redis restarting as the
+    value was stored ended the task failed with BusyLoadingError, its work done. Now the job waits
+    for Redis, as it does for its question and its outcome, and its work runs once.
+    """
+    hold = tmp_path / "hold"
+    task_id = stack.start("held_once", {"hold_file": str(hold), "inside": inside})
+    wait_for(Path(f"{hold}.reached").exists, 30, 0.02, "the job to be held at its ctx.once")
+    own_redis.stop()
+    hold.write_text("go")
+    # ctx.once retrying (or, as before, the job's failure waiting to be stored) while Redis is down.
+    wait_for(lambda: "Redis unreachable" in worker_log.read_text(), 30, 0.05, "the job to try Redis")
+    own_redis.start()
+    wait_for(lambda: "result" in stack.call("tasks/get", {"taskId": task_id}), 60, 0.2, "the server to reconnect")
+    done = stack.wait(task_id, timeout=60)
+    assert done["status"] == "completed" and not done["result"].get("isError"), done
+    assert done["result"]["content"][0]["text"] == "built once", done
+    assert Path(f"{hold}.calls").read_text() == "called\n"  # its work ran once
+
+
 def test_a_redis_that_hangs_does_not_stall_the_workers_main_loop(
     env: dict[str, str], tmp_path: Path, store_redis: redis.Redis
 ) -> None:

@@ -285,14 +285,22 @@ class SyncStore(DoorbellWaits, MemberRecords):
         return outcome
 
     def memo(self, task_id: str, key: str) -> str | None:
-        """The value `JobContext.once` stored under `key` for this task (JSON), or None."""
-        value = self.redis.hget(self.keys.answers(task_id), MEMO_PREFIX + key)
+        """The value `JobContext.once` stored under `key` for this task (JSON), or None.
+
+        Tried again for up to two minutes while Redis is unreachable (restarting), rather than failing the job.
+        """
+        name = self.keys.answers(task_id)
+        value = while_unreachable(
+            task_id, "as the job looks for a once() value", lambda: self.redis.hget(name, MEMO_PREFIX + key)
+        )
         return None if value is None else as_text(value)
 
     def remember(self, task_id: str, key: str, value: str) -> str:
         """Store `once`'s value under `key` unless one is stored (the first wins); returns the stored one.
 
         Kept with the answers, which live as long as the record (the job's end expires them with it).
+        Tried again for up to two minutes while Redis is unreachable, as the job's outcome is (the work
+        is done; a second try of a write that went through reads the stored value back).
         """
         name, field = self.keys.answers(task_id), MEMO_PREFIX + key
 
@@ -301,7 +309,11 @@ class SyncStore(DoorbellWaits, MemberRecords):
             pipe.expire(name, self.lifetimes.live_s)
             pipe.hget(name, field)
 
-        return as_text(self._replicated("the memo", build)[2])
+        return as_text(
+            while_unreachable(
+                task_id, "as the job stores a once() value", lambda: self._replicated("the memo", build)[2]
+            )
+        )
 
     def job_ended(
         self,
