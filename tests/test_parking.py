@@ -8,6 +8,8 @@ no worker ran), each with its own answer, and the step each wraps in `ctx.once` 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -22,6 +24,10 @@ import redis
 from celery.result import AsyncResult
 
 from mcp_celery._processes import wait_for
+from mcp_celery.protocol import now_ms
+from mcp_celery.store.aio import AsyncStore
+from mcp_celery.store.connect import async_client, redis_target
+from mcp_celery.store.schema import Keys, Lifetimes
 from tests import parking_jobs
 from tests.support import ROOT, HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
 
@@ -283,3 +289,32 @@ def test_an_at_least_once_job_that_parks_leaves_no_unacked_message_and_resumes_o
         assert broker.hlen("unacked") == 0
     finally:
         broker.close()
+
+
+def test_an_answer_whose_resumed_message_was_never_sent_is_sent_again_by_the_reaper(
+    client: HttpClient, worker: Process
+) -> None:
+    """A server that dies between the answer (ANSWER unparked the task) and sending the resumed message:
+    done here by hand, as that server would have, through the store alone. The reaper finds no message
+    and sends it again, instead of ending the task failed or waiting for the question's timeout."""
+    run = uuid.uuid4().hex[:8]
+    task_id = start(client, "park_at_once", marker=run, work_s=0)
+    wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+    answers = {key_of(client.get(task_id)): json.dumps({"action": "accept", "content": {"approve": True}})}
+    resume = asyncio.run(answer_without_resuming(task_id, answers))
+    assert resume is not None  # the answer unparked it: the dead server would have sent this
+    task = wait_status(client, task_id, {"completed", "failed", "cancelled"}, timeout=60)
+    assert task["status"] == "completed" and task["result"]["content"][0]["text"] == f"build-1 {run} approve=True", task
+
+
+async def answer_without_resuming(task_id: str, answers: dict[str, str]) -> str | None:
+    """What the task service does with an answer to a parked task, short of sending the resumed message."""
+    client = async_client(redis_target(parking_jobs.BACKEND))
+    try:
+        store = AsyncStore(client, Keys(), Lifetimes(86400, 3600))
+        await store.recheck([task_id], now_ms() + 3000)  # MCP_CELERY_QUEUE_CHECK_S of the tests' servers
+        taken, resume = await store.answer(task_id, answers, now_ms())
+        assert taken == list(answers)
+        return resume
+    finally:
+        await client.aclose()

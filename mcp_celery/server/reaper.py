@@ -193,6 +193,13 @@ class Reaper:
                 # reads cancelled once the grace runs out.
                 await self.service.store.recheck([task_id], now + self.check_ms)
                 return
+            if not started and record.resume is not None and record.parked_until_ms is None:
+                # Answered while parked, and its message never reached the queue (the answering server
+                # died, or the broker refused it): send it again. A second copy that did arrive after all
+                # is refused at its start (JOB_START), as any second delivery is.
+                logger.warning("task %s: the resumed job's message is nowhere; sending it again", task_id)
+                await self.service.resume(record, record.resume)
+                return
             message = LOST_WITH_WORKER if started else LOST_BEFORE_START
             fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="lost")
             logger.warning("task %s: %s", task_id, message, extra=fields)

@@ -356,19 +356,23 @@ class TaskService:
                 rejected[key] = reason
                 continue
             valid[key] = json.dumps(answer)
+        if valid and record.parked_until_ms is not None and (check_at := self.first_check_ms(now_ms())) is not None:
+            # Watched from now on: should this server die between the answer and the resumed message, the
+            # reaper finds no message and sends it (Reaper._nowhere), instead of waiting for the question's timeout.
+            await self.store.recheck([record.task_id], check_at)
         taken, resume = await self.store.answer(record.task_id, valid, now_ms(), record.parent) if valid else ([], None)
         if resume is not None:
-            await self._resume(record, resume)
+            await self.resume(record, resume)
         ignored += [key for key in valid if key not in taken]  # answered meanwhile by someone else
         still_open = sorted(key for key in record.inputs if key not in taken)
         return Answered(taken=sorted(taken), rejected=rejected, ignored=sorted(ignored), still_open=still_open)
 
-    async def _resume(self, record: TaskRecord, signature: str) -> None:
+    async def resume(self, record: TaskRecord, signature: str) -> None:
         """Send a parked job's own message again (`mcp_celery.worker.parking`): it runs on any worker.
 
         Watched as a new task's message is (the reaper looks for it `queue_check_s` later). The answers
-        are stored already; should the broker refuse the message, the task reads `working` until the
-        reaper, finding no message, ends it failed, as for a message lost before any worker took it.
+        are stored already; should the broker refuse the message (or this server die before it is
+        sent), the reaper, with a Redis broker, finds no message and sends it again.
         """
         await self.store.resumed(record.task_id, self.first_check_ms(now_ms()))
         app = self.binding.app

@@ -286,6 +286,8 @@ class TaskRecord:
     parent: str | None = None
     workflow: str | None = None
     parked_until_ms: int | None = None
+    #: The signature that resumes a job which parked (kept after the resume: a lost message is sent again).
+    resume: str | None = None
 
     def to_hash(self) -> dict[str, str]:
         """Fields written when the task is created (the rest are written as it runs)."""
@@ -337,6 +339,7 @@ class TaskRecord:
             parent=raw.get(FIELD.PARENT) or None,
             workflow=raw.get(FIELD.WORKFLOW) or None,
             parked_until_ms=_int_or_none(raw.get(FIELD.PARKED)),
+            resume=raw.get(FIELD.RESUME) or None,
         )
 
     @property
