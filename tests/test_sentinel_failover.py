@@ -34,6 +34,7 @@ import pytest
 
 from mcp_celery._processes import wait_for
 from mcp_celery.protocol import TERMINAL_STATUSES
+from mcp_celery.server.reaper import LOST_BEFORE_START
 from tests.redis_topologies import MASTER_NAME, SentinelGroup, start_sentinel_group
 from tests.support import HttpClient, Process, caps, start_http_server, start_worker
 
@@ -256,6 +257,7 @@ def losses(ledger: Ledger, ends: dict[str, dict[str, Any] | None]) -> dict[str, 
         LOST_RECORDS: sum(task is None for task in ends.values()),
         NEVER_ENDED: sum(task is not None and task["status"] not in TERMINAL_STATUSES for task in ends.values()),
         LOST_ANSWERS: sum("InputTimeout" in str(ends[task_id]) for task_id in ledger.answered),
+        LOST_MESSAGES: sum(LOST_BEFORE_START in str((task or {}).get("statusMessage")) for task in ends.values()),
     }
 
 
@@ -263,6 +265,7 @@ def losses(ledger: Ledger, ends: dict[str, dict[str, Any] | None]) -> dict[str, 
 LOST_RECORDS = "acknowledged task(s) unknown to the server"
 NEVER_ENDED = "acknowledged task(s) never ended"
 LOST_ANSWERS = "acknowledged answer(s) lost (the job's InputTimeout)"
+LOST_MESSAGES = "job message(s) lost before any worker took them (the task failed)"
 
 
 def failover(
@@ -334,7 +337,13 @@ def test_without_min_replicas_the_note_says_what_a_failover_lost(
     unknown = [task_id for task_id, task in ends.items() if task is None]
     unended = [task_id for task_id, task in ends.items() if task is not None and task["status"] == "never ended"]
     timed_out = [task_id for task_id in ledger.answered if ends[task_id] and "InputTimeout" in str(ends[task_id])]
-    counted = {LOST_RECORDS: len(unknown), NEVER_ENDED: len(unended), LOST_ANSWERS: len(timed_out)}
+    no_message = [t for t, task in ends.items() if task and task.get("statusMessage", "").startswith(LOST_BEFORE_START)]
+    counted = {
+        LOST_RECORDS: len(unknown),
+        NEVER_ENDED: len(unended),
+        LOST_ANSWERS: len(timed_out),
+        LOST_MESSAGES: len(no_message),
+    }
     for what, n in counted.items():
         assert (f"{n} {what}" in note) == (n > 0), (what, n, note)
     assert ("lost: nothing" in note) == (not any(counted.values())), note
