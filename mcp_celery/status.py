@@ -47,6 +47,7 @@ __all__ = [
     "CANCELLED_BEFORE_START",
     "CANCELLED_WHILE_PARKED",
     "CELERY_TO_MCP_STATUS",
+    "Found",
     "INFRASTRUCTURE_FAILURES",
     "LOST_AFTER_TAKEN",
     "LOST_HEARTBEAT",
@@ -153,6 +154,10 @@ class TaskView:
             result=self.result,
             error=self.error,
         )
+
+
+#: A task as just read: its record and its MCP view.
+Found = tuple[TaskRecord, TaskView]
 
 
 def reported_ttl_ms(record: TaskRecord, view: TaskView, now_ms: int) -> int | None:

@@ -24,7 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -41,9 +41,6 @@ from mcp_celery.store.connect import AsyncRedis
 from mcp_celery.store.deployment import BrokerQueues, DeploymentReader, DeploymentSnapshot
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Keys, as_text
-
-if TYPE_CHECKING:
-    from mcp_celery.server.service import TaskService
 
 __all__ = ["BUCKETS_S", "GROUP", "DeploymentCollector", "DeploymentFigures", "JobFigures", "broker_queues"]
 
@@ -236,19 +233,17 @@ class DeploymentFigures:
         self._grouped = False
 
     @classmethod
-    def of_service(cls, service: TaskService, collector: DeploymentCollector | None = None) -> DeploymentFigures:
-        broker = RedisBroker.of_app(service.binding.app)
-        reader = DeploymentReader(service.store.redis, service.binding.keys, broker_queues(_tasks(service), broker))
-        return cls(service.store.redis, service.binding.keys, reader, collector=collector)
-
-    @classmethod
-    def for_scrapes(cls, service: TaskService) -> DeploymentFigures | None:
-        """The service's figures, its collector added to the scrape, if the server serves /metrics; else
-        None: a stdio server in the consumer group would take its share of the ended stream and show it nowhere."""
+    def for_scrapes(
+        cls, redis: AsyncRedis, keys: Keys, app: Any, tasks: Iterable[Any], collector: DeploymentCollector
+    ) -> DeploymentFigures | None:
+        """The figures of the deployment of `app` (its tools' Celery `tasks`), kept in `collector`, which
+        is added to the scrape, if the server serves /metrics; else None: a stdio server in the consumer
+        group would take its share of the ended stream and show it nowhere."""
         if not metrics.enabled():
             return None
-        metrics.add_collector(service.deployment_collector, "deployment")
-        return cls.of_service(service, service.deployment_collector)
+        metrics.add_collector(collector, "deployment")
+        reader = DeploymentReader(redis, keys, broker_queues(tasks, RedisBroker.of_app(app)))
+        return cls(redis, keys, reader, collector=collector)
 
     async def run(self) -> None:
         """Read the stream and refresh the snapshot until cancelled; Redis errors are logged and outlived."""
@@ -322,7 +317,3 @@ class DeploymentFigures:
         broker = self.reader.broker
         if broker is not None:
             await broker.client.aclose()
-
-
-def _tasks(service: TaskService) -> list[Any]:
-    return [spec.celery_task for spec in service.tools.values()]

@@ -40,23 +40,32 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from mcp_celery import logs
 from mcp_celery.binding import queue_of
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.broker import NOWHERE, STALE, RedisBroker
-from mcp_celery.status import PARKED_TIMEOUT, TaskView, ended_without_job, lost_entry
+from mcp_celery.settings import Settings
+from mcp_celery.status import PARKED_TIMEOUT, Found, TaskView, ended_without_job, lost_entry
+from mcp_celery.store.aio import AsyncStore
 
-if TYPE_CHECKING:
-    from mcp_celery.server.service import TaskService
-
-__all__ = ["LOST_BEFORE_START", "LOST_WITH_WORKER", "Reaper"]
+__all__ = ["LOST_BEFORE_START", "LOST_WITH_WORKER", "Reaper", "TaskReader"]
 
 logger = logging.getLogger(__name__)
 
 LOST_BEFORE_START = "the job's message was lost before any worker started it"
 LOST_WITH_WORKER = "the worker running the job was lost, and the job's message with it, so it cannot run again"
+
+
+class TaskReader(Protocol):
+    """What the reaper reads through (the task service): a task's view, frozen once ended, and its Celery task."""
+
+    async def read_view(self, task_id: str, *, confirmed: bool = False) -> Found | None: ...
+
+    def celery_task(self, name: str) -> Any: ...
+
+    def redelivered_on_loss(self, name: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -72,13 +81,13 @@ class _Sought:
 class Reaper:
     """One server process's sweeps over the overdue tasks."""
 
-    def __init__(self, service: TaskService) -> None:
-        self.service = service
-        settings = service.settings
+    def __init__(self, tasks: TaskReader, store: AsyncStore, settings: Settings, app: Any) -> None:
+        self.tasks = tasks
+        self.store = store
         self.period_s = max(settings.worker_lost_timeout_s / 3, 0.2)
         self.lost_ms = int(settings.worker_lost_timeout_s * 1000)
         self.check_ms = int(settings.queue_check_s * 1000)
-        self.broker = RedisBroker.of_app(service.binding.app)
+        self.broker = RedisBroker.of_app(app)
         self._missing: dict[str, int] = {}  # task id -> when its message was first found nowhere (ms)
         self._queues: dict[str, str] = {}  # tool -> the queue its messages go to
 
@@ -88,7 +97,7 @@ class Reaper:
 
     async def sweep(self) -> None:
         now = now_ms()
-        store = self.service.store
+        store = self.store
         overdue = await store.overdue(now)
         if not overdue:
             return
@@ -119,25 +128,25 @@ class Reaper:
     async def _parked(self, task_id: str, until_ms: int, now: int) -> None:
         """A parked job's question: looked at again when it times out; timed out, the task ends failed."""
         if until_ms > now:
-            await self.service.store.recheck([task_id], until_ms)
+            await self.store.recheck([task_id], until_ms)
             return
-        found = await self.service.read_view(task_id)
+        found = await self.tasks.read_view(task_id)
         if found is not None and not found[1].terminal and found[0].parked_until_ms is not None:
             record = found[0]
             fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="timeout")
             logger.warning("task %s: %s", task_id, PARKED_TIMEOUT, extra=fields)
             error = {"code": INTERNAL_ERROR, "message": PARKED_TIMEOUT}
             view = TaskView("failed", until_ms, PARKED_TIMEOUT, error=error)
-            await self.service.store.freeze(task_id, view.to_json(), ended=ended_without_job(record, view))
-        await self.service.store.forget_live([task_id])
+            await self.store.freeze(task_id, view.to_json(), ended=ended_without_job(record, view))
+        await self.store.forget_live([task_id])
 
     async def _settled(self, task_id: str) -> bool:
         """Read the task (freezing it if its worker is lost); True once nothing more is to be watched."""
-        found = await self.service.read_view(task_id)
+        found = await self.tasks.read_view(task_id)
         return found is None or found[1].terminal
 
     def _sought(self, tool: str, alive_ms: int | None, now: int) -> _Sought | None:
-        celery_task = self.service.celery_task(tool)  # a tool's, or a workflow member's
+        celery_task = self.tasks.celery_task(tool)  # a tool's, or a workflow member's
         if celery_task is None or self.broker is None:
             return None
         queue = self._queues.get(tool)
@@ -150,7 +159,7 @@ class Reaper:
         if not queue:
             return None
         started = alive_ms is not None
-        if started and not self.service.redelivered_on_loss(tool):
+        if started and not self.tasks.redelivered_on_loss(tool):
             return _Sought(queue, True, 0.0)  # a started at-most-once job never runs again
         # A delivery from before the heartbeat ran out belongs to the lost run; one not started
         # within the heartbeat timeout of its delivery has lost its worker too (no prefetch), be it
@@ -162,7 +171,7 @@ class Reaper:
 
     async def _look_for(self, broker: RedisBroker, sought: dict[str, _Sought], now: int) -> None:
         """One WHEREABOUTS script per queue, then each task's next step."""
-        store = self.service.store
+        store = self.store
         for queue in sorted({s.queue for s in sought.values()}):
             ids = {task_id: s.stale_before for task_id, s in sought.items() if s.queue == queue}
             for task_id, found in (await broker.whereabouts(queue, ids)).items():
@@ -178,10 +187,10 @@ class Reaper:
         """A message found nowhere: look again a period later; found nowhere then too, end the task."""
         first = self._missing.setdefault(task_id, now)
         if now - first < self.period_s * 1000:
-            await self.service.store.recheck([task_id], now + int(self.period_s * 1000))
+            await self.store.recheck([task_id], now + int(self.period_s * 1000))
             return
         self._missing.pop(task_id, None)
-        found = await self.service.read_view(task_id)
+        found = await self.tasks.read_view(task_id)
         if found is not None and not found[1].terminal:
             record = found[0]
             if (record.alive_until_ms is not None) != started or (record.alive_until_ms or 0) > now:
@@ -191,14 +200,14 @@ class Reaper:
             if record.cancel_ms is not None:
                 # Cancelled after its job started (an unstarted one is cancelled at once): the task
                 # reads cancelled once the grace runs out.
-                await self.service.store.recheck([task_id], now + self.check_ms)
+                await self.store.recheck([task_id], now + self.check_ms)
                 return
             message = LOST_WITH_WORKER if started else LOST_BEFORE_START
             fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="lost")
             logger.warning("task %s: %s", task_id, message, extra=fields)
             view = TaskView("failed", now, message, error={"code": INTERNAL_ERROR, "message": message}, lost=True)
-            await self.service.store.freeze(task_id, view.to_json(), ended=lost_entry(record, view))
-        await self.service.store.forget_live([task_id])
+            await self.store.freeze(task_id, view.to_json(), ended=lost_entry(record, view))
+        await self.store.forget_live([task_id])
 
     async def aclose(self) -> None:
         if self.broker is not None:

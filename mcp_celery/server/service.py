@@ -40,7 +40,15 @@ from mcp_celery.server.diagnostics import report_on_signal
 from mcp_celery.server.events import TaskEvents
 from mcp_celery.server.publish import Publisher
 from mcp_celery.server.reaper import Reaper
-from mcp_celery.status import CANCELLED_BEFORE_START, CANCELLED_WHILE_PARKED, TaskView, expired, lost_entry, task_view
+from mcp_celery.status import (
+    CANCELLED_BEFORE_START,
+    CANCELLED_WHILE_PARKED,
+    Found,
+    TaskView,
+    expired,
+    lost_entry,
+    task_view,
+)
 from mcp_celery.store.aio import AsyncStore, NotReplicated
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.schema import TaskRecord
@@ -69,6 +77,11 @@ class TaskService:
     @property
     def tools(self) -> dict[str, ToolSpec]:
         return registry(self.binding.app)
+
+    @property
+    def app(self) -> Any:
+        """The Celery app the tools are tasks of."""
+        return self.binding.app
 
     @property
     def store(self) -> AsyncStore:
@@ -121,8 +134,11 @@ class TaskService:
         events = self._events = TaskEvents(
             self.store.redis, self.binding.keys.events, sharded=self.binding.redis.sharded
         )
-        reaper = self._reaper = Reaper(self)
-        figures = DeploymentFigures.for_scrapes(self)
+        reaper = self._reaper = Reaper(self, self.store, self.settings, self.binding.app)
+        binding, tasks = self.binding, [spec.celery_task for spec in self.tools.values()]
+        figures = DeploymentFigures.for_scrapes(
+            self.store.redis, binding.keys, binding.app, tasks, self.deployment_collector
+        )
         await self.publisher.native()  # connects to the broker now rather than on the first tools/call
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -430,7 +446,3 @@ def _show_revoked(app: Any, task_id: str, reason: str) -> None:
             dispatcher.send("task-revoked", uuid=task_id, **fields)
     except Exception:  # noqa: BLE001 - the cancel itself is recorded; only Celery's own view lags
         logger.warning("task %s: could not show its parked job's cancel in Celery's backend", task_id, exc_info=True)
-
-
-#: A task as just read: its record and its MCP view.
-Found = tuple[TaskRecord, TaskView]

@@ -1,6 +1,7 @@
 """A task handed over to a workflow, as the task service reads and answers it.
 
-Server tier, beside the task service (`service`), whose primitives it uses. The task's view comes
+Server tier, beside the task service (`service`), whose primitives it uses through `Members`
+(the service is one; this module does not import it). The task's view comes
 from its members' (`mcp_celery.workflows.aggregate`, the same function the worker runs when a member
 ends), and the step it calls for is taken here when a server reads the task first: cancel the other
 members, launch the merge step (claimed once), freeze the end. Answers to the task's questions go to
@@ -9,25 +10,53 @@ the member whose label prefixes each key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import anyio
 
 from mcp_celery.canvas import launch_merge
 from mcp_celery.inputs import Answered
 from mcp_celery.protocol import now_ms
-from mcp_celery.status import TaskView, expired
+from mcp_celery.status import Found, TaskView, expired
+from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
+from mcp_celery.tools import ToolSpec
 from mcp_celery.workflows import Workflow, aggregate, member_key, split_member_key
 
-if TYPE_CHECKING:
-    from mcp_celery.server.service import Found, TaskService
-
-__all__ = ["answer", "view"]
+__all__ = ["Members", "answer", "view"]
 
 
-async def view(service: TaskService, record: TaskRecord) -> Found | None:
+class Members(Protocol):
+    """What a workflow's task is read and answered through (the task service): its members' views,
+    their cancel and answers, the store, and when a new message is first looked for."""
+
+    @property
+    def store(self) -> AsyncStore: ...
+
+    @property
+    def app(self) -> Any: ...
+
+    @property
+    def tools(self) -> dict[str, ToolSpec]: ...
+
+    @property
+    def grace_ms(self) -> int: ...
+
+    def first_check_ms(self, created_ms: int) -> int | None: ...
+
+    async def read_view(self, task_id: str, *, confirmed: bool = False) -> Found | None: ...
+
+    async def read_views(self, task_ids: Sequence[str], *, follow_parent: bool = True) -> dict[str, Found]: ...
+
+    async def cancel(
+        self, task_id: str, spec: ToolSpec | None, *, channel: str | None = None, parked: bool = False
+    ) -> None: ...
+
+    async def answer(self, found: Found, responses: Mapping[str, Any]) -> Answered: ...
+
+
+async def view(service: Members, record: TaskRecord) -> Found | None:
     """A task handed over to a workflow: its view from its members', and the step they call for."""
     assert record.workflow is not None
     workflow = Workflow.from_json(record.workflow)
@@ -42,7 +71,7 @@ async def view(service: TaskService, record: TaskRecord) -> Found | None:
         check_at = service.first_check_ms(now)
         if check_at is not None and workflow.merge is not None:
             await service.store.watch_sent(workflow.merge.id, check_at)  # before it is sent: see after_member
-        app, parent_id, (results, failed) = service.binding.app, record.task_id, step.launch_merge
+        app, parent_id, (results, failed) = service.app, record.task_id, step.launch_merge
         await anyio.to_thread.run_sync(lambda: launch_merge(app, parent_id, workflow, results, failed))
     shown = step.view
     if step.freeze:
@@ -53,7 +82,7 @@ async def view(service: TaskService, record: TaskRecord) -> Found | None:
     return None if expired(record, shown, now) else (record, shown)
 
 
-async def answer(service: TaskService, record: TaskRecord, view: TaskView, responses: Mapping[str, Any]) -> Answered:
+async def answer(service: Members, record: TaskRecord, view: TaskView, responses: Mapping[str, Any]) -> Answered:
     """Answers to a workflow's questions, each given to the member whose label prefixes its key."""
     assert record.workflow is not None
     workflow = Workflow.from_json(record.workflow)
