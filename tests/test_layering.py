@@ -10,6 +10,7 @@ import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support import ROOT
 
@@ -67,3 +68,84 @@ def test_modules_and_functions_stay_small() -> None:
                 if length > 50:
                     too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
     assert not too_long, too_long
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
+    """The package's modules an import statement names: `from pkg import mod` names `pkg.mod`."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in modules}
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    if node.level:
+        base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    found = set()
+    for alias in node.names:
+        if f"{base}.{alias.name}" in modules:
+            found.add(f"{base}.{alias.name}")
+        elif base in modules:
+            found.add(base)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package and the package modules it imports: anywhere in it (at the top, under
+    TYPE_CHECKING or inside a function), since an import moved out of the way still ties the two
+    modules together. A package's own `__init__`, run before each of its modules, is not an edge."""
+    paths = {_module_name(path): path for path in (ROOT / "mcp_celery").rglob("*.py")}
+    modules = set(paths)
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        imports = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                imports |= _imported(name, path, node, modules)
+        graph[name] = imports - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_finds_a_cycle_it_is_shown() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_of_the_package_imports_itself_through_others() -> None:
+    graph = import_graph()
+    assert "mcp_celery.server.reaper" in graph["mcp_celery.server.service"]  # the walk sees `from x import y`
+    assert "mcp_celery.worker.signals" in graph["mcp_celery.worker"]
+    assert cycles(graph) == []

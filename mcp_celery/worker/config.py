@@ -13,7 +13,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery
 
 from mcp_celery.binding import AppBinding, max_job_s, queues_readable
 from mcp_celery.errors import McpCeleryError
@@ -62,7 +62,7 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
 
     Celery's own result-backend writes retry through an outage of the backend (a Redis restart)
     rather than fail the job. A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to
-    finish (worker/shutdown.py).
+    finish (worker/shutdown.py; a worker of a configured app).
 
     It may be called before or after the `@tool` decorators: tools already defined are settled
     again from the new configuration (`mcp_celery.task_options`). A worker of an app that used
@@ -76,9 +76,6 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
         ToolDefinitionError: a `retry_on_worker_loss` tool already defined has a hard time limit
             that is not below the visibility timeout this sets.
     """
-    from mcp_celery.worker.shutdown import install_shutdown_grace  # it needs worker_binding, below
-
-    install_shutdown_grace(app)
     remember_replaced(app)  # a pickle setup this replaces is named in a warning at worker start
     app.conf.update(recommended_settings(app, max_job))
     mark_configured(app)
@@ -172,8 +169,7 @@ class WorkerBinding:
 _BINDINGS: weakref.WeakKeyDictionary[Celery, WorkerBinding] = weakref.WeakKeyDictionary()
 
 
-@signals.worker_init.connect(weak=False)
-def _check_at_worker_start(sender: Any = None, **_: Any) -> None:
+def check_at_worker_start(sender: Any = None, **_: Any) -> None:
     """A worker of an app with MCP tools stops at once, in one line, when mcp-celery has no usable Redis.
 
     No Redis configured, a URL that cannot work, and a Redis that refuses us (TLS, credentials,

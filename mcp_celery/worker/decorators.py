@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import pydantic
 import pydantic_core
-from celery import Celery, Task, signals
+from celery import Celery, Task
 
 from mcp_celery.canvas import PARENT_HEADER
 from mcp_celery.errors import ToolDefinitionError
@@ -295,8 +295,7 @@ def _watch_from_the_ack(tool_name: str, celery_task: Task[Any, Any]) -> None:
 _MEMBER_WRAPPED = "_mcp_celery_member"
 
 
-@signals.worker_init.connect(weak=False)
-def _follow_members_at_worker_start(sender: Any = None, **_: Any) -> None:
+def follow_members_at_worker_start(sender: Any = None, **_: Any) -> None:
     """In a worker of an app with MCP tools: any of its tasks may be a workflow member (`run_workflow`)."""
     app = getattr(sender, "app", None)
     if isinstance(app, Celery) and registry(app):
