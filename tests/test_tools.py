@@ -71,6 +71,39 @@ def test_options_reach_celery_and_the_tool_spec() -> None:
     assert spec.to_wire()["inputSchema"]["properties"] == {"x": {"default": 1, "title": "X", "type": "integer"}}
 
 
+def test_a_misspelled_option_is_refused_at_decoration_time_naming_the_one_meant() -> None:
+    app = make_app()
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="'inlines_s'; did you mean 'inline_s'"):
+
+        @mcp_celery.tool(app, inlines_s=5)
+        def typo() -> None: ...
+
+    with pytest.raises(
+        mcp_celery.ToolDefinitionError, match="'terminate_on_cancle'; did you mean 'terminate_on_cancel'"
+    ):
+
+        @mcp_celery.tool(app, terminate_on_cancle=True)
+        def typo_too() -> None: ...
+
+    assert "typo" not in registry(app) and "typo_too" not in registry(app)
+    task = app.task(name="plain.add", shared=False)(lambda x: x)
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="'park_after'; did you mean 'park_after_s'"):
+        mcp_celery.expose(task, park_after=5)
+    with pytest.raises(TypeError, match="'colour'"):
+        mcp_celery.expose(task, colour="red")
+    assert registry(app) == {}
+
+
+def test_celerys_own_task_options_still_pass_through_even_when_they_look_like_ours() -> None:
+    app = make_app()
+
+    @mcp_celery.tool(app, queue="q", acks_late=True, time_limit=30, retry_on_worker_lost=True, name="kept")
+    def kept() -> None: ...
+
+    task = registry(app)["kept"].celery_task
+    assert (task.queue, task.acks_late, task.time_limit, task.retry_on_worker_lost) == ("q", True, 30, True)
+
+
 def test_a_tool_called_the_plain_celery_way_runs_eagerly_with_a_detached_context() -> None:
     app = make_app(task_always_eager=True)
 

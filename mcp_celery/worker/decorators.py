@@ -7,6 +7,7 @@ import time), registers it on the app, and routes the Celery task's body through
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -107,7 +108,8 @@ def tool(
             the task's statusMessage while it runs, from its members (`MemberStatus` each; None or
             "" for the default `3/8 done, 2 running`).
         **task_options: passed to `app.task` (e.g. `queue`, `time_limit`); `celery_name=` sets the
-            Celery task name (default: `module.function`, as Celery names it). `track_started`
+            Celery task name (default: `module.function`, as Celery names it). A name that is not
+            Celery's but close to one of the keywords above (`inlines_s=`) is refused as a typo. `track_started`
             defaults to False: the task record shows the job running, and Celery's own STARTED
             write would cost every job a round trip.
 
@@ -118,10 +120,11 @@ def tool(
     short one).
 
     Raises:
-        ToolDefinitionError: the signature cannot become an MCP input schema, or (on an app
-            `configure_app` has configured) an at-least-once tool's hard time limit is not below a
-            Redis broker's visibility timeout.
+        ToolDefinitionError: the signature cannot become an MCP input schema, a keyword is a
+            misspelling of one of ours, or (on an app `configure_app` has configured) an
+            at-least-once tool's hard time limit is not below a Redis broker's visibility timeout.
     """
+    refuse_misspelled("tool", task_options, _TOOL_KEYWORDS)
 
     def decorate(func: F) -> F:
         tool_name = name or func.__name__
@@ -196,6 +199,7 @@ def expose(
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
     park_after_s: ParkAfter = "setting",
+    **unknown: Any,
 ) -> Task[Any, Any]:
     """Expose an existing Celery task as an MCP tool, its code unchanged.
 
@@ -207,8 +211,12 @@ def expose(
     of the Celery task's name (`proj.tasks.add` is `add`) unless `name=` is given.
 
     Raises:
-        ToolDefinitionError: as for `tool`.
+        ToolDefinitionError: as for `tool` (a keyword close to one of `expose`'s is named as a typo).
+        TypeError: any other keyword `expose` does not take.
     """
+    refuse_misspelled("expose", unknown, _EXPOSE_KEYWORDS)
+    if unknown:
+        raise TypeError(f"expose() got an unexpected keyword argument {next(iter(unknown))!r}")
     tool_name = name or celery_task.name.rsplit(".", 1)[-1]
     if retry_on_worker_loss:
         options: dict[str, Any] = {}
@@ -232,6 +240,49 @@ def expose(
     )
     _register(celery_task.app, spec)
     return celery_task
+
+
+def refuse_misspelled(decorator: str, given: dict[str, Any], ours: frozenset[str]) -> None:
+    """Refuse a keyword that is not Celery's but close to one of `ours`: a typo Celery would keep silently.
+
+    Raises:
+        ToolDefinitionError: naming the keyword meant.
+    """
+    for option in given:
+        if option in ours or option in _CELERY_OPTIONS:
+            continue
+        meant = difflib.get_close_matches(option, sorted(ours), n=1, cutoff=0.8)
+        if meant:
+            raise ToolDefinitionError(f"{decorator}(): unknown option {option!r}; did you mean {meant[0]!r}?")
+
+
+def _keywords(function: Callable[..., Any]) -> frozenset[str]:
+    parameters = inspect.signature(function).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+#: The keywords of `tool` and `expose`, against which a misspelt one is told.
+_TOOL_KEYWORDS = _keywords(tool) | {"celery_name"}
+_EXPOSE_KEYWORDS = _keywords(expose)
+#: Celery's own task options, passed through whatever they look like (`retry_on_worker_lost` is Celery's).
+_CELERY_OPTIONS = frozenset(name for name in dir(Task) if not name.startswith("_")) | {
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "base",
+    "bind",
+    "shared",
+    "lazy",
+    "typing",
+    "autoretry_for",
+    "dont_autoretry_for",
+    "retry_kwargs",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retry_jitter",
+    "pydantic",
+}
 
 
 def _set_park_after(celery_task: Task[Any, Any], tool_name: str, park_after_s: ParkAfter) -> None:
