@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from mcp_celery.errors import jsonrpc_error, protocol_error_of
 from mcp_celery.protocol import (
     INTERNAL_ERROR,
     QUEUED_MESSAGE,
@@ -293,12 +294,13 @@ def _failure(meta: dict[str, Any], done_ms: int, tool: str, debug: bool) -> Task
     exc = meta.get("result") if isinstance(meta.get("result"), dict) else {}
     assert isinstance(exc, dict)
     exc_type = str(exc.get("exc_type", "Exception"))
-    args = exc.get("exc_message")
-    if exc_type == "ProtocolError" and isinstance(args, list) and len(args) >= 2 and isinstance(args[0], int):
-        error: dict[str, Any] = {"code": args[0], "message": str(args[1])}
-        if len(args) > 2 and args[2] is not None:
-            error["data"] = args[2]
-        return TaskView("failed", done_ms, str(args[1]), error=error)
+    raised = protocol_error_of(exc)
+    if raised is not None:
+        code, message, data = jsonrpc_error(raised)
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        return TaskView("failed", done_ms, message, error=error)
     if exc_type in INFRASTRUCTURE_FAILURES:
         detail = _exception_text(exc)
         message = INFRASTRUCTURE_FAILURES[exc_type] + (f": {detail}" if detail else "")

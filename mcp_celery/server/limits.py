@@ -25,7 +25,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from mcp_celery.protocol import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_celery.errors import STORE_UNAVAILABLE, jsonrpc_error
+from mcp_celery.protocol import INVALID_PARAMS
 from mcp_celery.redact import redact
 from mcp_celery.settings import Settings
 from mcp_celery.store.aio import AsyncStore, NotReplicated
@@ -51,7 +52,6 @@ logger = logging.getLogger(__name__)
 QUOTA_EXCEEDED = -32600
 
 #: What a client is told while the task store cannot be reached (Redis restarting, a Sentinel failover).
-STORE_UNAVAILABLE = "the task store (Redis) is unavailable right now, e.g. failing over to a replica; try again"
 
 R = TypeVar("R")
 
@@ -157,16 +157,21 @@ def quota_error(live: int, limit: int) -> MCPError:
 # ---------------------------------------------------------------- error text
 
 
-def describe(exc: BaseException, settings: Settings) -> str:
-    """What a client may see of an unexpected exception: its type, and its message only in debug mode.
+#: Redis gone away mid-request (a restart, a failover), redis-py's retries run out.
+STORE_DOWN = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
+#: A broker or Redis that cannot be reached.
+UNREACHABLE = (*STORE_DOWN, OperationalError, OSError)
 
-    A broker or Redis that cannot be reached (restarting, failing over) is said as such: worth a retry.
-    """
-    if settings.debug:
-        return redact(f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError | ReadOnlyError | OperationalError | OSError):
-        return "the broker or Redis is unreachable right now, e.g. failing over to a replica; try again"
-    return "internal error (the server log has the details)"
+
+def describe(exc: BaseException, settings: Settings) -> str:
+    """What a client may see of an unexpected exception (`mcp_celery.errors.jsonrpc_error`): its type, and
+    its message only in debug mode; a broker or Redis that cannot be reached is said as such."""
+    return jsonrpc_error(exc, debug=settings.debug, unreachable=UNREACHABLE)[1]
+
+
+def to_mcp_error(exc: BaseException, settings: Settings) -> MCPError:
+    """The SDK's MCPError a request handler raises for `exc` (`mcp_celery.errors.jsonrpc_error`)."""
+    return MCPError(*jsonrpc_error(exc, debug=settings.debug, store_down=STORE_DOWN, unreachable=UNREACHABLE))
 
 
 def safe_errors(settings: Settings, handler: Callable[[Any, Any], Awaitable[R]]) -> Callable[[Any, Any], Awaitable[R]]:
@@ -183,14 +188,14 @@ def safe_errors(settings: Settings, handler: Callable[[Any, Any], Awaitable[R]])
         except (MCPError, pydantic.ValidationError):
             raise  # the SDK maps these itself (a ValidationError to -32602 without pydantic's text)
         except NotReplicated as exc:
-            raise MCPError(INTERNAL_ERROR, f"{exc}: send it again") from exc
-        except (RedisConnectionError, RedisTimeoutError, ReadOnlyError) as exc:
+            raise to_mcp_error(exc, settings) from exc
+        except STORE_DOWN as exc:
             # Not a bug: Redis went away (restart, failover) and redis-py's retries ran out. Says so, and no more.
             logger.warning("%s: %s", getattr(ctx, "method", "request"), redact(str(exc)) or type(exc).__name__)
-            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
+            raise to_mcp_error(exc, settings) from exc
         except Exception as exc:
             logger.exception("%s failed", getattr(ctx, "method", "request"))
-            raise MCPError(INTERNAL_ERROR, describe(exc, settings)) from exc
+            raise to_mcp_error(exc, settings) from exc
 
     return guarded
 
