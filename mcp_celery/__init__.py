@@ -29,6 +29,7 @@ from mcp_celery._version import __version__
 if _typing.TYPE_CHECKING:
     from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
+    from mcp_celery.core.workflows import MemberStatus
     from mcp_celery.errors import (
         ConfigurationError,
         InputNotSupported,
@@ -42,7 +43,6 @@ if _typing.TYPE_CHECKING:
     from mcp_celery.server import create_server
     from mcp_celery.settings import Settings
     from mcp_celery.worker import JobContext, configure_app, current_context, expose, tool
-    from mcp_celery.workflows import MemberStatus
 
 #: Public name → the module that defines it.
 _EXPORTS = {
@@ -67,7 +67,7 @@ _EXPORTS = {
     "current_context": "mcp_celery.worker",
     "expose": "mcp_celery.worker",
     "tool": "mcp_celery.worker",
-    "MemberStatus": "mcp_celery.workflows",
+    "MemberStatus": "mcp_celery.core.workflows",
 }
 
 __all__ = [

@@ -19,7 +19,7 @@ Only `ProtocolError` and the server's own `MCPError`s reach the wire as JSON-RPC
 every other exception raised by a job is a tool error (`completed`, `isError: true`). Which
 JSON-RPC error any exception becomes is decided by one function, `jsonrpc_error`: the server's
 request handlers (`mcp_celery.server.limits.safe_errors`) and the reading of a job's failure
-from Celery's result backend (`mcp_celery.status`) both go through it.
+from Celery's result backend (`mcp_celery.core.status`) both go through it.
 """
 
 from __future__ import annotations

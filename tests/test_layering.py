@@ -48,7 +48,7 @@ def test_the_server_tier_never_loads_the_worker_tier() -> None:
 
 
 def test_the_command_line_loads_each_tier_only_when_its_subcommand_runs() -> None:
-    loaded = loaded_after("import mcp_celery.cli")
+    loaded = loaded_after("import mcp_celery.cli.command")
     assert not {"celery", "redis", "mcp", "uvicorn"} & loaded
 
 

@@ -21,7 +21,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from mcp_celery._processes import wait_for
+from mcp_celery.testing.processes import wait_for
 from tests import parking_jobs
 from tests.support import ROOT, HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
 

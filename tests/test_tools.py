@@ -14,11 +14,11 @@ import redis
 from celery import Celery
 
 import mcp_celery
-from mcp_celery.binding import AppBinding
-from mcp_celery.celery_app import load_app
+from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.celery_app import load_app
+from mcp_celery.core.tools import registry
 from mcp_celery.settings import Settings
 from mcp_celery.store.schema import Keys
-from mcp_celery.tools import registry
 from tests.support import ROOT, Process
 
 

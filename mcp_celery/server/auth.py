@@ -36,8 +36,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.server import metrics
+from mcp_celery.server.tokens import hash_token, parse_token_file
 from mcp_celery.settings import Settings
-from mcp_celery.tokens import hash_token, parse_token_file
 
 __all__ = [
     "CountedRefusals",

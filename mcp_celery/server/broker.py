@@ -27,7 +27,7 @@ from celery import Celery
 from kombu.transport.redis import PRIORITY_STEPS
 from kombu.utils.json import dumps as kombu_dumps
 
-from mcp_celery.binding import broker_url, queues_readable
+from mcp_celery.core.binding import broker_url, queues_readable
 from mcp_celery.store.connect import AsyncRedis, RedisTarget, async_client, redis_target
 from mcp_celery.store.schema import as_text
 

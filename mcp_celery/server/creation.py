@@ -18,12 +18,12 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_celery.core.tools import ToolSpec
 from mcp_celery.inputs import invalid_answer_reason, missing_capability
 from mcp_celery.protocol import INVALID_PARAMS, create_task_result, tool_error_result
 from mcp_celery.server import envelope, lifecycle, limits, plain
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.service import TaskService
-from mcp_celery.tools import ToolSpec
 
 __all__ = ["call_tool"]
 

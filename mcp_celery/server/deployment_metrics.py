@@ -32,7 +32,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError, ResponseError
 
-from mcp_celery.binding import queue_of
+from mcp_celery.core.binding import queue_of
 from mcp_celery.protocol import now_ms
 from mcp_celery.server import metrics
 from mcp_celery.server.broker import RedisBroker

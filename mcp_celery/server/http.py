@@ -23,7 +23,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
-from mcp_celery.celery_app import load_app
+from mcp_celery.core.celery_app import load_app
 from mcp_celery.server import auth, metrics
 from mcp_celery.server.app import create_server
 from mcp_celery.server.operations import OperationsRoutes

@@ -25,11 +25,11 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
+from mcp_celery.core.status import TaskView
 from mcp_celery.protocol import INVALID_PARAMS, QUEUED_MESSAGE, TASKS_NOTIFICATION, now_ms
 from mcp_celery.server import envelope, limits, metrics
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.service import TaskService
-from mcp_celery.status import TaskView
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["TaskStatusNotification", "listen"]

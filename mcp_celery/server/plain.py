@@ -34,6 +34,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_celery.core.status import TaskView
+from mcp_celery.core.tools import ToolSpec
 from mcp_celery.inputs import missing_capability, sampling_answer_model
 from mcp_celery.protocol import (
     INTERNAL_ERROR,
@@ -47,9 +49,7 @@ from mcp_celery.server import envelope, resume, wording
 from mcp_celery.server.envelope import RequestContext
 from mcp_celery.server.events import Watcher
 from mcp_celery.server.service import Found, TaskService
-from mcp_celery.status import TaskView
 from mcp_celery.store.schema import TaskRecord
-from mcp_celery.tools import ToolSpec
 
 __all__ = ["call", "listed_tool", "resume_call", "window_s"]
 

@@ -21,7 +21,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from mcp_celery.binding import store_target
+from mcp_celery.core.binding import store_target
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.redact import redact
 from mcp_celery.server.broker import broker_target

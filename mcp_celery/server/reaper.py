@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcp_celery import logs
-from mcp_celery.binding import queue_of
+from mcp_celery.core.binding import queue_of
+from mcp_celery.core.status import PARKED_TIMEOUT, Found, TaskView, ended_without_job, lost_entry
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.broker import NOWHERE, STALE, RedisBroker
 from mcp_celery.settings import Settings
-from mcp_celery.status import PARKED_TIMEOUT, Found, TaskView, ended_without_job, lost_entry
 from mcp_celery.store.aio import AsyncStore
 
 __all__ = ["LOST_BEFORE_START", "LOST_WITH_WORKER", "Reaper", "TaskReader"]

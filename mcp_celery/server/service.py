@@ -3,7 +3,7 @@
 Server tier, below every surface. The SEP-2663 wire (`creation`, `handlers`, `listen`), the plain
 call with its inline window (`plain`) and the lifecycle tools (`lifecycle`) each translate shapes
 and nothing else: creating a task (quota, record, message), finding one for a caller (the owner
-check that makes unknown, expired and foreign ids look alike), its MCP view (`mcp_celery.status`,
+check that makes unknown, expired and foreign ids look alike), its MCP view (`mcp_celery.core.status`,
 the one status table), answering its questions (the one validation of answers) and cancelling it
 are written once, here.
 
@@ -30,17 +30,9 @@ from mcp.shared.exceptions import MCPError
 from redis.exceptions import RedisError
 
 from mcp_celery import tracing
-from mcp_celery.binding import AppBinding
-from mcp_celery.canvas import redelivered_on_loss
-from mcp_celery.inputs import Answered, invalid_answer_reason
-from mcp_celery.protocol import INTERNAL_ERROR, new_task_id, now_ms
-from mcp_celery.server import limits, observe, workflow
-from mcp_celery.server.deployment_metrics import DeploymentCollector, DeploymentFigures
-from mcp_celery.server.diagnostics import report_on_signal
-from mcp_celery.server.events import TaskEvents
-from mcp_celery.server.publish import Publisher
-from mcp_celery.server.reaper import Reaper
-from mcp_celery.status import (
+from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.canvas import redelivered_on_loss
+from mcp_celery.core.status import (
     CANCELLED_BEFORE_START,
     CANCELLED_WHILE_PARKED,
     Found,
@@ -49,10 +41,18 @@ from mcp_celery.status import (
     lost_entry,
     task_view,
 )
+from mcp_celery.core.tools import ToolSpec, registry
+from mcp_celery.inputs import Answered, invalid_answer_reason
+from mcp_celery.protocol import INTERNAL_ERROR, new_task_id, now_ms
+from mcp_celery.server import limits, observe, workflow
+from mcp_celery.server.deployment_metrics import DeploymentCollector, DeploymentFigures
+from mcp_celery.server.diagnostics import report_on_signal
+from mcp_celery.server.events import TaskEvents
+from mcp_celery.server.publish import Publisher
+from mcp_celery.server.reaper import Reaper
 from mcp_celery.store.aio import AsyncStore, NotReplicated
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.schema import TaskRecord
-from mcp_celery.tools import ToolSpec, registry
 
 __all__ = ["Found", "TaskService"]
 

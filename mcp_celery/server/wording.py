@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_celery.status import TaskView
+from mcp_celery.core.status import TaskView
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["NO_SUCH_TASK", "STATUS_TOOL", "RESPOND_TOOL", "CANCEL_TOOL", "questions", "running", "state_of"]

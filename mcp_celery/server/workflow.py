@@ -2,7 +2,7 @@
 
 Server tier, beside the task service (`service`), whose primitives it uses through `Members`
 (the service is one; this module does not import it). The task's view comes
-from its members' (`mcp_celery.workflows.aggregate`, the same function the worker runs when a member
+from its members' (`mcp_celery.core.workflows.aggregate`, the same function the worker runs when a member
 ends), and the step it calls for is taken here when a server reads the task first: cancel the other
 members, launch the merge step (claimed once), freeze the end. Answers to the task's questions go to
 the member whose label prefixes each key.
@@ -15,14 +15,14 @@ from typing import Any, Protocol
 
 import anyio
 
-from mcp_celery.canvas import launch_merge
+from mcp_celery.core.canvas import launch_merge
+from mcp_celery.core.status import Found, TaskView, expired
+from mcp_celery.core.tools import ToolSpec
+from mcp_celery.core.workflows import Workflow, aggregate, member_key, split_member_key
 from mcp_celery.inputs import Answered
 from mcp_celery.protocol import now_ms
-from mcp_celery.status import Found, TaskView, expired
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
-from mcp_celery.tools import ToolSpec
-from mcp_celery.workflows import Workflow, aggregate, member_key, split_member_key
 
 __all__ = ["Members", "answer", "view"]
 

@@ -93,7 +93,7 @@ class FIELD:
     TAKEN = "taken"
     #: On a workflow member's record: the MCP task it belongs to (its events go to that task's channel).
     PARENT = "parent"
-    #: On an MCP task whose job handed it over to a workflow: the workflow (`mcp_celery.workflows`, JSON).
+    #: On an MCP task whose job handed it over to a workflow: the workflow (`mcp_celery.core.workflows`, JSON).
     WORKFLOW = "workflow"
     #: Set once the workflow's merge step has been launched (whoever launches it first).
     MERGING = "merging"

@@ -15,14 +15,14 @@ from typing import Any
 
 from celery import Celery
 
-from mcp_celery.binding import AppBinding, max_job_s, queues_readable
+from mcp_celery.core.binding import AppBinding, max_job_s, queues_readable
+from mcp_celery.core.task_options import configured, mark_configured, settle
+from mcp_celery.core.tools import registry
 from mcp_celery.errors import McpCeleryError
 from mcp_celery.settings import Settings
 from mcp_celery.store.connect import sync_client
 from mcp_celery.store.probe import RedisUnreachable, probe
 from mcp_celery.store.sync import SyncStore
-from mcp_celery.task_options import configured, mark_configured, settle
-from mcp_celery.tools import registry
 from mcp_celery.worker.serializers import JSON_ONLY, remember_replaced, warn_about_refused_serializers
 
 __all__ = ["WorkerBinding", "configure_app", "recommended_settings", "worker_binding"]
@@ -65,7 +65,7 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
     finish (worker/shutdown.py; a worker of a configured app).
 
     It may be called before or after the `@tool` decorators: tools already defined are settled
-    again from the new configuration (`mcp_celery.task_options`). A worker of an app that used
+    again from the new configuration (`mcp_celery.core.task_options`). A worker of an app that used
     pickle before logs a warning at start naming the settings this replaced.
 
     Args:

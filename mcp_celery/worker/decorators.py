@@ -17,15 +17,15 @@ import pydantic
 import pydantic_core
 from celery import Celery, Task
 
-from mcp_celery.canvas import PARENT_HEADER
+from mcp_celery.core.canvas import PARENT_HEADER
+from mcp_celery.core.task_options import tool_defined
+from mcp_celery.core.tools import AskFirst, ToolSpec, build_input_model, registry
+from mcp_celery.core.workflows import WorkflowSummary
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TaskMode
-from mcp_celery.task_options import tool_defined
-from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
 from mcp_celery.worker.context import JobContext, current_context
 from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, WRAPPED, is_tool_task, run_job
 from mcp_celery.worker.parking import PARK_AFTER_ATTRIBUTE, check_park_after
-from mcp_celery.workflows import WorkflowSummary
 
 __all__ = ["expose", "tool"]
 
@@ -180,7 +180,7 @@ def _job_task(
     body.__name__, body.__qualname__, body.__module__ = func.__name__, func.__qualname__, func.__module__
     body.__doc__ = func.__doc__
     # The time limits (a soft one a minute before the hard one) are settled from the app's configuration
-    # once the tool is registered, and again whenever it may have changed (mcp_celery.task_options).
+    # once the tool is registered, and again whenever it may have changed (mcp_celery.core.task_options).
     # Not shared: Celery would otherwise add the tool to every app finalized later (a name clash
     # when two apps define the same tool, as the demo jobs do on `jobs` and on their own app).
     task_options.setdefault("shared", False)
@@ -295,7 +295,7 @@ def _deliver_at_least_once(tool_name: str, task_options: dict[str, Any], reruns:
     """Late ack and reject on worker loss: the broker keeps the message until the job ends.
 
     The hard time limit such a tool needs below a Redis broker's visibility timeout is checked
-    with the app's configuration (`mcp_celery.task_options.check_delivery`).
+    with the app's configuration (`mcp_celery.core.task_options.check_delivery`).
 
     Raises:
         ToolDefinitionError: acks_late or reject_on_worker_lost turned off, or a count below 1.

@@ -24,9 +24,9 @@ from celery.exceptions import Ignore, Reject, Retry
 from redis.exceptions import RedisError
 
 from mcp_celery import logs, tracing
+from mcp_celery.core.status import ended_entry
 from mcp_celery.errors import ProtocolError, TaskCancelled
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
-from mcp_celery.status import ended_entry
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Lifetimes, TaskRecord
 from mcp_celery.store.sync import SyncStore

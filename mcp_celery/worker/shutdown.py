@@ -27,7 +27,7 @@ from celery import Celery
 from celery.worker import state
 from redis.exceptions import RedisError
 
-from mcp_celery.task_options import configured
+from mcp_celery.core.task_options import configured
 from mcp_celery.worker.config import worker_binding
 
 __all__ = ["GRACE", "SHUT_DOWN_BEFORE_DONE", "ShutdownGrace"]

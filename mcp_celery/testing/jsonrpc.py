@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcp_celery._processes import stop_group
 from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities, request_body, request_headers
+from mcp_celery.testing.processes import stop_group
 
 __all__ = ["HttpReply", "RawHttpClient", "RawStdioClient", "SseStream"]
 

@@ -20,8 +20,8 @@ import weakref
 
 from celery import Celery
 
+from mcp_celery.core.tools import ToolSpec, registry
 from mcp_celery.errors import ToolDefinitionError
-from mcp_celery.tools import ToolSpec, registry
 
 __all__ = [
     "check_delivery",

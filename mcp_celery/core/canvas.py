@@ -3,7 +3,7 @@
 Tier 1 (celery types, no Redis). A workflow's members carry the MCP task's id in a message header;
 its merge step is launched once its members end, by the worker that ends the last member or by a
 server that finds them ended (a lost worker), whichever claims the launch first
-(`mcp_celery.workflows`, FIELD.MERGING).
+(`mcp_celery.core.workflows`, FIELD.MERGING).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Celery
 
-from mcp_celery.workflows import Workflow
+from mcp_celery.core.workflows import Workflow
 
 __all__ = ["FAILED_HEADER", "PARENT_HEADER", "launch_merge", "redelivered_on_loss"]
 

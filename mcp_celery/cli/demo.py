@@ -1,6 +1,6 @@
 """`mcp-celery demo`: Redis (a private one if none answers), a worker and the HTTP server, then a walkthrough.
 
-Tier 4. Serves the demo jobs that ship in the package (`mcp_celery/demo_jobs.py`), so it runs
+Tier 4. Serves the demo jobs that ship in the package (`mcp_celery/cli/demo_jobs.py`), so it runs
 from a plain install. Everything it starts is stopped by pid when it ends. The walkthrough
 speaks raw JSON-RPC, to show the wire.
 """
@@ -17,14 +17,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from mcp_celery._jsonrpc import RawHttpClient
-from mcp_celery._processes import Process, redis_answers, start_redis
 from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities
+from mcp_celery.testing.jsonrpc import RawHttpClient
+from mcp_celery.testing.processes import Process, redis_answers, start_redis
 
 __all__ = ["run_demo"]
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379"
-DEMO_APP = "mcp_celery.demo_jobs"
+DEMO_APP = "mcp_celery.cli.demo_jobs"
 #: The demo server's inline window (MCP_CELERY_INLINE_S; 20 s by default), short so step 5 shows a handle.
 DEMO_INLINE_S = 2
 

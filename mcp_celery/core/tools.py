@@ -19,9 +19,9 @@ import pydantic
 from celery import Celery, Task
 from typing_extensions import is_typeddict
 
+from mcp_celery.core.workflows import WorkflowSummary
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TASK_MODES, TaskMode, call_tool_result
-from mcp_celery.workflows import WorkflowSummary
 
 __all__ = ["AskFirst", "ToolSpec", "build_input_model", "registry"]
 
@@ -47,7 +47,7 @@ class ToolSpec:
     #: The statusMessage of a running workflow this tool's job handed its task over to (None: the default).
     workflow_summary: WorkflowSummary | None = None
     #: The Celery options `mcp_celery.tool` was given (the others follow the app's configuration,
-    #: `mcp_celery.task_options`); None for an exposed task, whose options are its own.
+    #: `mcp_celery.core.task_options`); None for an exposed task, whose options are its own.
     given: frozenset[str] | None = None
     input_schema: dict[str, Any] = field(init=False)
     output_schema: dict[str, Any] | None = field(init=False)

@@ -32,8 +32,8 @@ def serve(
     allow_unauthenticated: bool = False,
     metrics_port: int | None = None,
 ) -> None:
-    from mcp_celery.binding import AppBinding
-    from mcp_celery.celery_app import load_app
+    from mcp_celery.core.binding import AppBinding
+    from mcp_celery.core.celery_app import load_app
     from mcp_celery.server.app import check_tool_names
     from mcp_celery.settings import Settings
     from mcp_celery.store.probe import probe
@@ -123,7 +123,7 @@ def _serve_stdio(app_spec: str) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    from mcp_celery.celery_app import load_app
+    from mcp_celery.core.celery_app import load_app
     from mcp_celery.server import create_server, limits
     from mcp_celery.settings import Settings
 
@@ -142,10 +142,10 @@ def top(app_spec: str, *, interval_s: float, once: bool) -> None:
 
     from redis.exceptions import RedisError
 
-    from mcp_celery.celery_app import load_app
+    from mcp_celery.cli.top import reader_for, run_top
+    from mcp_celery.core.celery_app import load_app
     from mcp_celery.redact import redact
     from mcp_celery.settings import Settings
-    from mcp_celery.top import reader_for, run_top
 
     reader = reader_for(load_app(app_spec), Settings())
 
@@ -261,11 +261,11 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "top":
             top(args.app, interval_s=args.interval, once=args.once)
         elif args.command == "token":
-            from mcp_celery.tokens import new_token
+            from mcp_celery.server.tokens import new_token
 
             print(new_token(args.principal, _token_file(args.file)))
         else:
-            from mcp_celery.demo import run_demo
+            from mcp_celery.cli.demo import run_demo
 
             sys.exit(run_demo(port=args.port, keep_serving=args.serve))
     except McpCeleryError as exc:  # a configuration or tool definition that cannot work: one line says why

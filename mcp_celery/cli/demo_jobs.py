@@ -2,8 +2,8 @@
 
 Job code (worker tier: celery, never `mcp`). `register(app)` adds the demo tools to any Celery
 app (the `jobs` package serves them beside the real jobs); this module's own `app` is what
-`mcp-celery demo` runs: `celery -A mcp_celery.demo_jobs worker` and
-`mcp-celery serve -A mcp_celery.demo_jobs`. The broker and result backend come from
+`mcp-celery demo` runs: `celery -A mcp_celery.cli.demo_jobs worker` and
+`mcp-celery serve -A mcp_celery.cli.demo_jobs`. The broker and result backend come from
 CELERY_BROKER_URL and CELERY_RESULT_BACKEND.
 """
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from mcp_celery.core.status import TaskView
 from mcp_celery.protocol import INTERNAL_ERROR, QUEUED_MESSAGE, call_tool_result
-from mcp_celery.status import TaskView
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = [
@@ -113,7 +113,7 @@ WorkflowSummary = Callable[[Sequence[MemberStatus]], str | None]
 
 
 class WorkflowTool(Protocol):
-    """What `aggregate` reads of the MCP task's tool (`mcp_celery.tools.ToolSpec`)."""
+    """What `aggregate` reads of the MCP task's tool (`mcp_celery.core.tools.ToolSpec`)."""
 
     @property
     def structured(self) -> bool: ...  # it declares an output schema: its result carries structuredContent

@@ -1,0 +1,1 @@
+"""Helpers for tests of mcp-celery and of code that uses it (as `celery.contrib.testing`)."""
