@@ -24,7 +24,7 @@ Celery, and `mcp_celery.create_server` loads the server only when first used.
 import importlib as _importlib
 import typing as _typing
 
-from mcp_celery._version import __version__
+__version__ = "0.1.0"
 
 if _typing.TYPE_CHECKING:
     from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult

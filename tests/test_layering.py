@@ -96,7 +96,8 @@ def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom, modules:
 def import_graph() -> dict[str, set[str]]:
     """Each module of the package and the package modules it imports: anywhere in it (at the top, under
     TYPE_CHECKING or inside a function), since an import moved out of the way still ties the two
-    modules together. A package's own `__init__`, run before each of its modules, is not an edge."""
+    modules together. A module's own packages (their `__init__`s, which Python runs before the module,
+    `mcp_celery.__version__`) are not edges."""
     paths = {_module_name(path): path for path in (ROOT / "mcp_celery").rglob("*.py")}
     modules = set(paths)
     graph: dict[str, set[str]] = {}
@@ -105,7 +106,8 @@ def import_graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 imports |= _imported(name, path, node, modules)
-        graph[name] = imports - {name}
+        ancestors = {name.rsplit(".", depth)[0] for depth in range(1, name.count(".") + 1)}
+        graph[name] = imports - {name} - ancestors
     return graph
 
 

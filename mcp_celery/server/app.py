@@ -18,8 +18,7 @@ from mcp import types
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import Server
 
-from mcp_celery import tracing
-from mcp_celery._version import __version__
+from mcp_celery import __version__, tracing
 from mcp_celery.core.binding import AppBinding
 from mcp_celery.core.task_options import settle
 from mcp_celery.core.tools import registry
