@@ -18,7 +18,7 @@
 Only `ProtocolError` and the server's own `MCPError`s reach the wire as JSON-RPC errors;
 every other exception raised by a job is a tool error (`completed`, `isError: true`). Which
 JSON-RPC error any exception becomes is decided by one function, `jsonrpc_error`: the server's
-request handlers (`mcp_celery.server.limits.safe_errors`) and the reading of a job's failure
+request handlers (`mcp_celery.server.edge.limits.safe_errors`) and the reading of a job's failure
 from Celery's result backend (`mcp_celery.core.status`) both go through it.
 """
 

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.redact import redact
-from mcp_celery.server import auth, limits, tokens
+from mcp_celery.server.edge import auth, limits, tokens
 from mcp_celery.settings import Settings
 from tests.support import ROOT
 

@@ -28,7 +28,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_celery.server import tokens
+from mcp_celery.server.edge import tokens
 from mcp_celery.store.schema import Keys
 from mcp_celery.testing.processes import stop_group
 from tests import sample_jobs

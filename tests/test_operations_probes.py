@@ -20,8 +20,9 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcp_celery.server import metrics, tokens
-from mcp_celery.server.deployment_metrics import DeploymentCollector
+from mcp_celery.server.edge import tokens
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.ops.deployment_metrics import DeploymentCollector
 from mcp_celery.settings import Settings
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.testing.processes import free_port, wait_for

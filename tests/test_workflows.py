@@ -23,7 +23,7 @@ from redis.crc import key_slot
 from mcp_celery.core.status import TaskView
 from mcp_celery.core.workflows import Member, Workflow, aggregate
 from mcp_celery.protocol import TERMINAL_STATUSES
-from mcp_celery.server.reaper import LOST_BEFORE_START
+from mcp_celery.server.engine.reaper import LOST_BEFORE_START
 from mcp_celery.store.schema import FIELD, Keys, TaskRecord
 from tests import sample_jobs
 from tests.support import HttpClient, Process, caps, start_worker, wait_for

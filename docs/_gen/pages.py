@@ -33,7 +33,9 @@ from mcp_celery import protocol  # noqa: E402
 from mcp_celery.cli import command as cli  # noqa: E402
 from mcp_celery.client import _cli as client_cli  # noqa: E402
 from mcp_celery.core import status  # noqa: E402
-from mcp_celery.server import envelope, limits, reaper, refusals  # noqa: E402
+from mcp_celery.server.edge import limits, refusals  # noqa: E402
+from mcp_celery.server.engine import reaper  # noqa: E402
+from mcp_celery.server.tasks import envelope  # noqa: E402
 from mcp_celery.settings import Settings  # noqa: E402
 from mcp_celery.worker import execution, shutdown  # noqa: E402
 

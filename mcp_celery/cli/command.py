@@ -54,7 +54,8 @@ def serve(
 def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthenticated: bool) -> None:
     import uvicorn
 
-    from mcp_celery.server import auth, http
+    from mcp_celery.server import http
+    from mcp_celery.server.edge import auth
     from mcp_celery.settings import Settings
 
     settings = Settings()
@@ -81,7 +82,7 @@ def _metrics_directory(workers: int) -> Iterator[None]:
     by the operator (PROMETHEUS_MULTIPROC_DIR) is used as it is, and left in place."""
     import uuid
 
-    from mcp_celery.server.metrics import MULTIPROC_ENV, REPLICA_ENV
+    from mcp_celery.server.ops.metrics import MULTIPROC_ENV, REPLICA_ENV
 
     if workers > 1:
         os.environ.setdefault(REPLICA_ENV, uuid.uuid4().hex)
@@ -124,7 +125,8 @@ def _serve_stdio(app_spec: str) -> None:
     from mcp.server.stdio import stdio_server
 
     from mcp_celery.core.celery_app import load_app
-    from mcp_celery.server import create_server, limits
+    from mcp_celery.server import create_server
+    from mcp_celery.server.edge import limits
     from mcp_celery.settings import Settings
 
     server = create_server(load_app(app_spec), Settings())
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "top":
             top(args.app, interval_s=args.interval, once=args.once)
         elif args.command == "token":
-            from mcp_celery.server.tokens import new_token
+            from mcp_celery.server.edge.tokens import new_token
 
             print(new_token(args.principal, _token_file(args.file)))
         else:

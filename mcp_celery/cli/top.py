@@ -25,8 +25,8 @@ from celery import Celery
 from mcp_celery.core.binding import AppBinding
 from mcp_celery.core.tools import registry
 from mcp_celery.protocol import now_ms
-from mcp_celery.server.broker import RedisBroker
-from mcp_celery.server.deployment_metrics import broker_queues
+from mcp_celery.server.engine.broker import RedisBroker
+from mcp_celery.server.ops.deployment_metrics import broker_queues
 from mcp_celery.settings import Settings
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.deployment import RECENT, DeploymentReader, DeploymentSnapshot

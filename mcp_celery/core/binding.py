@@ -80,7 +80,7 @@ def store_target(app: Celery, settings: Settings) -> RedisTarget:
     )
 
 
-#: The broker URLs whose queues servers look into for lost messages (`mcp_celery.server.reaper`).
+#: The broker URLs whose queues servers look into for lost messages (`mcp_celery.server.engine.reaper`).
 QUEUE_READABLE_SCHEMES = ("redis://", "rediss://", "sentinel://")
 
 

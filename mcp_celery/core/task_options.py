@@ -104,7 +104,7 @@ def check_delivery(spec: ToolSpec) -> None:
 
     With a Redis broker, a message not acked within the visibility timeout is handed to another
     worker, running job or not. A lost job is re-queued well before then by the server
-    (`mcp_celery.server.reaper`); RabbitMQ redelivers when the worker's channel closes instead.
+    (`mcp_celery.server.engine.reaper`); RabbitMQ redelivers when the worker's channel closes instead.
 
     Raises:
         ToolDefinitionError: the tool is at-least-once and its hard limit is missing or too long.

@@ -10,7 +10,7 @@ while a plain call waits for its job). SSE costs every request the SDK's streami
 body carries a `progressToken` takes the streaming app; `subscriptions/listen` streams in either.
 
 In front of both, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint and its
-authentication (`mcp_celery.server.operations`).
+authentication (`mcp_celery.server.ops.operations`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
 from mcp_celery.core.celery_app import load_app
-from mcp_celery.server import auth, metrics
 from mcp_celery.server.app import create_server
-from mcp_celery.server.operations import OperationsRoutes
-from mcp_celery.server.probes import Readiness
-from mcp_celery.server.refusals import RewordedRefusals
+from mcp_celery.server.edge import auth
+from mcp_celery.server.edge.refusals import RewordedRefusals
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.ops.operations import OperationsRoutes
+from mcp_celery.server.ops.probes import Readiness
 from mcp_celery.settings import Settings
 
 __all__ = ["APP_ENV", "HOST_ENV", "PORT_ENV", "ProgressRouter", "http_app", "http_app_from_env", "metrics_app"]
@@ -51,7 +52,7 @@ def http_app(app_spec: str, host: str, port: int) -> ASGIApp:
     With authentication configured, requests need a valid bearer token (401 otherwise) and the
     RFC 9728 protected resource metadata is served; Host and Origin are checked in any case.
     The SDK's bare refusals (413, 421, 403, JSON that is not JSON-RPC) are reworded to say
-    what to set (`mcp_celery.server.refusals`).
+    what to set (`mcp_celery.server.edge.refusals`).
 
     Raises:
         ConfigurationError: the app cannot back MCP tasks, or the authentication settings are incomplete.

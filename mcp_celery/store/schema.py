@@ -171,7 +171,7 @@ class Keys:
         """Sorted set of running tasks scored by the time their heartbeat runs out (ms).
 
         With a Redis broker, a task enters it when created, scored by when to look for its message
-        if no job has started by then (`mcp_celery.server.reaper`). A worker that takes the job's
+        if no job has started by then (`mcp_celery.server.engine.reaper`). A worker that takes the job's
         message scores it by its `taken` deadline, and JOB_START by the heartbeat's.
 
         One key for every task, so on a cluster it lives in another slot than a task's keys, and

@@ -143,7 +143,7 @@ def after_member(app: Celery, store: SyncStore, parent_id: str, *, grace_ms: int
     """A member has ended: take the step the workflow calls for now (see `aggregate`).
 
     `check_after_s` (None: the broker cannot be looked into): how long after a merge step or a chain's
-    next step is sent its message is looked for if no job has started (`mcp_celery.server.reaper`);
+    next step is sent its message is looked for if no job has started (`mcp_celery.server.engine.reaper`);
     each is watched before it is sent, so that a worker lost in between leaves it watched too.
     """
     (parent,) = store.read_records([parent_id])

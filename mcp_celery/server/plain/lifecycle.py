@@ -20,10 +20,12 @@ import pydantic
 from mcp import types
 
 from mcp_celery.protocol import TERMINAL_STATUSES, tool_error_result
-from mcp_celery.server import envelope, limits, wording
-from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.plain import window_s
-from mcp_celery.server.service import Found, TaskService
+from mcp_celery.server.edge import limits
+from mcp_celery.server.engine.service import Found, TaskService
+from mcp_celery.server.plain import wording
+from mcp_celery.server.plain.call import window_s
+from mcp_celery.server.tasks import envelope
+from mcp_celery.server.tasks.envelope import RequestContext
 
 __all__ = ["NAMES", "TOOLS", "call"]
 

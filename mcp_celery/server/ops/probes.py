@@ -24,7 +24,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from mcp_celery.core.binding import store_target
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.redact import redact
-from mcp_celery.server.broker import broker_target
+from mcp_celery.server.engine.broker import broker_target
 from mcp_celery.settings import Settings
 from mcp_celery.store.probe import RedisUnreachable, probe
 

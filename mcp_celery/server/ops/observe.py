@@ -8,11 +8,11 @@ from __future__ import annotations
 import logging
 
 from mcp_celery import logs, tracing
-from mcp_celery.server import metrics
+from mcp_celery.server.ops import metrics
 
 __all__ = ["cancel_requested", "created", "resumed", "settled"]
 
-logger = logging.getLogger("mcp_celery.server.service")  # the lines read as the service's, as before
+logger = logging.getLogger("mcp_celery.server.engine.service")  # the lines read as the service's, as before
 
 
 def created(task_id: str, tool: str, owner: str | None) -> None:

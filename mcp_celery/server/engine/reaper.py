@@ -46,7 +46,7 @@ from mcp_celery import logs
 from mcp_celery.core.binding import queue_of
 from mcp_celery.core.status import PARKED_TIMEOUT, Found, TaskView, ended_without_job, lost_entry
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
-from mcp_celery.server.broker import NOWHERE, STALE, RedisBroker
+from mcp_celery.server.engine.broker import NOWHERE, STALE, RedisBroker
 from mcp_celery.settings import Settings
 from mcp_celery.store.aio import AsyncStore
 

@@ -27,7 +27,7 @@ from mcp_celery.protocol import (
     TASKS_EXTENSION,
     missing_capability_data,
 )
-from mcp_celery.server.auth import request_principal
+from mcp_celery.server.edge.auth import request_principal
 
 __all__ = [
     "NAME_MISMATCH_MESSAGE",

@@ -11,7 +11,7 @@ import signal
 
 import anyio
 
-from mcp_celery.server.events import TaskEvents
+from mcp_celery.server.engine.events import TaskEvents
 
 __all__ = ["diagnostics", "report_on_signal"]
 

@@ -45,10 +45,11 @@ from mcp_celery.protocol import (
     tool_error_result,
     with_task_handle,
 )
-from mcp_celery.server import envelope, resume, wording
-from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.events import Watcher
-from mcp_celery.server.service import Found, TaskService
+from mcp_celery.server.engine.events import Watcher
+from mcp_celery.server.engine.service import Found, TaskService
+from mcp_celery.server.plain import resume, wording
+from mcp_celery.server.tasks import envelope
+from mcp_celery.server.tasks.envelope import RequestContext
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["call", "listed_tool", "resume_call", "window_s"]

@@ -13,9 +13,10 @@ from typing import Any
 import pydantic
 from mcp import types
 
-from mcp_celery.server import envelope, limits
-from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.service import Found, TaskService
+from mcp_celery.server.edge import limits
+from mcp_celery.server.engine.service import Found, TaskService
+from mcp_celery.server.tasks import envelope
+from mcp_celery.server.tasks.envelope import RequestContext
 
 __all__ = ["TaskIdParams", "UpdateTaskParams", "tasks_cancel", "tasks_get", "tasks_update"]
 

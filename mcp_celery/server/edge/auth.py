@@ -35,8 +35,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_celery.errors import ConfigurationError
-from mcp_celery.server import metrics
-from mcp_celery.server.tokens import hash_token, parse_token_file
+from mcp_celery.server.edge.tokens import hash_token, parse_token_file
+from mcp_celery.server.ops import metrics
 from mcp_celery.settings import Settings
 
 __all__ = [

@@ -5,9 +5,9 @@ SDK's Host check and bearer-token authentication (a kubelet or Prometheus has no
 sends the pod's address as Host); every other request goes on to the MCP app untouched.
 
 * `GET /healthz`: 200 while the process serves HTTP; nothing else is asked.
-* `GET /readyz`: 200 while the store's Redis and the broker answer (`mcp_celery.server.probes`),
+* `GET /readyz`: 200 while the store's Redis and the broker answer (`mcp_celery.server.ops.probes`),
   else 503 with a JSON body naming what failed.
-* `GET /metrics`: the Prometheus text exposition (`mcp_celery.server.metrics`); with
+* `GET /metrics`: the Prometheus text exposition (`mcp_celery.server.ops.metrics`); with
   MCP_CELERY_METRICS_TOKEN it needs `Authorization: Bearer <token>` (401 otherwise). Not served
   with MCP_CELERY_METRICS=false, nor on the MCP port when `--metrics-port` serves it elsewhere.
 """
@@ -23,8 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_celery.server import metrics
-from mcp_celery.server.probes import Readiness
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.ops.probes import Readiness
 from mcp_celery.settings import Settings
 
 __all__ = ["HEALTH_PATH", "METRICS_PATH", "READY_PATH", "OperationsRoutes"]

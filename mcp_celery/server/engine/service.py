@@ -44,12 +44,14 @@ from mcp_celery.core.status import (
 from mcp_celery.core.tools import ToolSpec, registry
 from mcp_celery.inputs import Answered, invalid_answer_reason
 from mcp_celery.protocol import INTERNAL_ERROR, new_task_id, now_ms
-from mcp_celery.server import limits, observe, workflow
-from mcp_celery.server.deployment_metrics import DeploymentCollector, DeploymentFigures
-from mcp_celery.server.diagnostics import report_on_signal
-from mcp_celery.server.events import TaskEvents
-from mcp_celery.server.publish import Publisher
-from mcp_celery.server.reaper import Reaper
+from mcp_celery.server.edge import limits
+from mcp_celery.server.engine import workflow
+from mcp_celery.server.engine.events import TaskEvents
+from mcp_celery.server.engine.publish import Publisher
+from mcp_celery.server.engine.reaper import Reaper
+from mcp_celery.server.ops import observe
+from mcp_celery.server.ops.deployment_metrics import DeploymentCollector, DeploymentFigures
+from mcp_celery.server.ops.diagnostics import report_on_signal
 from mcp_celery.store.aio import AsyncStore, NotReplicated
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.schema import TaskRecord
@@ -106,7 +108,7 @@ class TaskService:
 
     @property
     def state_secret(self) -> bytes:
-        """The deployment's key for MRTR `requestState`s (`mcp_celery.server.resume`).
+        """The deployment's key for MRTR `requestState`s (`mcp_celery.server.plain.resume`).
 
         Raises:
             MCPError: outside the server's lifespan.
@@ -169,7 +171,7 @@ class TaskService:
         Every server process does this, none of them special: the read freezes the terminal state
         with a check-and-set, so two replicas reaping the same task agree, and the freeze publishes
         the change. A task read by a client first is frozen by that read just the same. Also ends
-        the tasks whose message was lost before a job started (`mcp_celery.server.reaper`).
+        the tasks whose message was lost before a job started (`mcp_celery.server.engine.reaper`).
         """
         while True:
             await anyio.sleep(reaper.period_s)

@@ -2,7 +2,7 @@
 
 Tier 0 (standard library only), so that `mcp-celery token new` loads neither the server nor
 Celery. The file holds one `PRINCIPAL sha256:HEXDIGEST` line per token, never a token itself;
-the server's verifier (`mcp_celery.server.auth`) reads it.
+the server's verifier (`mcp_celery.server.edge.auth`) reads it.
 """
 
 from __future__ import annotations

@@ -21,9 +21,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_celery.core.tools import ToolSpec
 from mcp_celery.inputs import invalid_answer_reason, missing_capability
 from mcp_celery.protocol import INVALID_PARAMS, create_task_result, tool_error_result
-from mcp_celery.server import envelope, lifecycle, limits, plain
-from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.service import TaskService
+from mcp_celery.server.edge import limits
+from mcp_celery.server.engine.service import TaskService
+from mcp_celery.server.plain import call as plain
+from mcp_celery.server.plain import lifecycle
+from mcp_celery.server.tasks import envelope
+from mcp_celery.server.tasks.envelope import RequestContext
 
 __all__ = ["call_tool"]
 

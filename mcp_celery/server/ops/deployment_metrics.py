@@ -34,9 +34,9 @@ from redis.exceptions import RedisError, ResponseError
 
 from mcp_celery.core.binding import queue_of
 from mcp_celery.protocol import now_ms
-from mcp_celery.server import metrics
-from mcp_celery.server.broker import RedisBroker
-from mcp_celery.server.metrics import MULTIPROC_ENV, REPLICA_ENV
+from mcp_celery.server.engine.broker import RedisBroker
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.ops.metrics import MULTIPROC_ENV, REPLICA_ENV
 from mcp_celery.store.connect import AsyncRedis
 from mcp_celery.store.deployment import BrokerQueues, DeploymentReader, DeploymentSnapshot
 from mcp_celery.store.ended import EndedEntry

@@ -12,7 +12,7 @@ live processes only (`livesum`). A single process keeps its values in memory.
 
 The series are built on first use, not at import (in multiprocess mode building one opens its file).
 Figures for the whole deployment (tasks by status now, queue depths, and the ended tasks' counts and
-times) are `mcp_celery.server.deployment_metrics`', added to the scrape with `add_collector`.
+times) are `mcp_celery.server.ops.deployment_metrics`', added to the scrape with `add_collector`.
 """
 
 from __future__ import annotations

@@ -27,9 +27,11 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from mcp_celery.core.status import TaskView
 from mcp_celery.protocol import INVALID_PARAMS, QUEUED_MESSAGE, TASKS_NOTIFICATION, now_ms
-from mcp_celery.server import envelope, limits, metrics
-from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.service import TaskService
+from mcp_celery.server.edge import limits
+from mcp_celery.server.engine.service import TaskService
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.tasks import envelope
+from mcp_celery.server.tasks.envelope import RequestContext
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["TaskStatusNotification", "listen"]

@@ -1,0 +1,1 @@
+"""The task engine: creating, finding, answering and cancelling tasks, and what runs beside it."""

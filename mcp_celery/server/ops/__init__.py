@@ -1,0 +1,1 @@
+"""Operations: metrics, the deployment's figures, probes, operations endpoints, diagnostics, event logs."""

@@ -1,0 +1,1 @@
+"""The plain-call fallback for hosts without the tasks extension."""
