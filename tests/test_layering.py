@@ -153,3 +153,29 @@ def test_no_module_of_the_package_imports_itself_through_others() -> None:
     )  # the walk sees `from x import y`
     assert "mcp_celery.worker.signals" in graph["mcp_celery.worker"]
     assert cycles(graph) == []
+
+
+def _imports_into(graph: dict[str, set[str]], sources: tuple[str, ...], targets: tuple[str, ...]) -> list[str]:
+    """Each `module -> imported` edge from a module under `sources` to one under `targets`."""
+
+    def under(name: str, prefixes: tuple[str, ...]) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+    return sorted(
+        f"{m} -> {i}" for m, imports in graph.items() if under(m, sources) for i in imports if under(i, targets)
+    )
+
+
+def test_each_folder_imports_only_the_folders_below_it() -> None:
+    """core/ and store/ below worker/ and server/; in the server, the engine, the edge and ops below the
+    surfaces (tasks/, plain/) and the wiring (app, http); the test helpers only for commands and tests."""
+    graph = import_graph()
+    m = "mcp_celery."
+    sides = (m + "worker", m + "server", m + "client", m + "cli", m + "testing")
+    assert _imports_into(graph, (m + "core", m + "store"), sides) == []
+    surfaces = (m + "server.tasks", m + "server.plain", m + "server.app", m + "server.http")
+    assert _imports_into(graph, (m + "server.engine", m + "server.edge", m + "server.ops"), surfaces) == []
+    assert (
+        _imports_into(graph, (m + "worker", m + "server", m + "client", m + "core", m + "store"), (m + "testing",))
+        == []
+    )
