@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,16 @@ def test_each_folder_imports_only_the_folders_below_it() -> None:
         _imports_into(graph, (m + "worker", m + "server", m + "client", m + "core", m + "store"), (m + "testing",))
         == []
     )
+
+
+def test_each_package_docstring_maps_every_module_in_it() -> None:
+    unmapped = []
+    for init in sorted((ROOT / "mcp_celery").rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for path in sorted(init.parent.iterdir()):
+            name = path.stem if path.suffix == ".py" else path.name
+            if name.startswith("__") or not (path.suffix == ".py" or (path / "__init__.py").exists()):
+                continue
+            if not re.search(rf"(?<![\w.]){re.escape(name)}(\.py|/|\b)", doc):
+                unmapped.append(f"{init.relative_to(ROOT)}: {name}")
+    assert unmapped == []

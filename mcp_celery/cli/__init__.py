@@ -1,4 +1,13 @@
-"""The `mcp-celery` command; `main` is loaded lazily, so that this package alone loads nothing."""
+"""The `mcp-celery` command (the console script and `python -m mcp_celery`); the top tier.
+
+    command.py      the parser and `serve` (stdio or Streamable HTTP), `token`, `top` and `demo`: wiring only
+    top.py          `mcp-celery top`: the deployment live in a terminal, read from Redis
+    demo.py         `mcp-celery demo`: Redis, a worker and the HTTP server, then a walkthrough
+    demo_jobs.py    the demo's jobs and app (`mcp_celery.demo_jobs`, the name the guides use, is an alias)
+
+`mcp-celery call` and `mcp-celery tasks ...` are the client's (`mcp_celery.client._cli`). `main` is
+loaded lazily, so that this package alone loads nothing: each subcommand loads its tier when it runs.
+"""
 
 import importlib as _importlib
 import typing as _typing
