@@ -19,6 +19,7 @@ from mcp_celery.core.celery_app import load_app
 from mcp_celery.core.tools import registry
 from mcp_celery.settings import Settings
 from mcp_celery.store.schema import Keys
+from mcp_celery.worker.config import worker_settings
 from tests.support import ROOT, Process
 
 
@@ -195,12 +196,14 @@ def test_one_setting_for_the_longest_job_sets_the_time_limit_and_the_records_lif
     assert lifetimes.max_job_s == 7200 and lifetimes.live_s == 86_400 + 7200  # TTL plus the longest job
 
     monkeypatch.setenv("MCP_CELERY_MAX_JOB_S", "600")
+    worker_settings.cache_clear()  # read once per process: this test changes the environment within one
     from_env = make_app()
     mcp_celery.configure_app(from_env)
     assert from_env.conf.task_time_limit == 600
     assert AppBinding.create(from_env, Settings()).lifetimes.max_job_s == 600
 
     monkeypatch.delenv("MCP_CELERY_MAX_JOB_S")
+    worker_settings.cache_clear()
     plain = make_app(task_time_limit=None)
     assert AppBinding.create(plain, Settings()).lifetimes.max_job_s == 6 * 3600  # no limit anywhere: 6 h
     mcp_celery.configure_app(plain)

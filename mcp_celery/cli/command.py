@@ -14,10 +14,15 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_celery import logs
 from mcp_celery.errors import ConfigurationError, McpCeleryError
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from mcp_celery.settings import Settings
 
 __all__ = ["CLIENT_COMMANDS", "main", "parser", "parser_for"]
 
@@ -40,25 +45,27 @@ def serve(
 
     # Fail early, with a clear message, before any worker process starts: the tools, the Redis URL,
     # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
-    app, settings = load_app(app_spec), Settings()
+    # This process's one Settings: the environment, and (HTTP) --metrics-port over it.
+    settings = Settings(metrics_port=metrics_port) if http and metrics_port is not None else Settings()
+    app = load_app(app_spec)
     check_tool_names(app, settings)
     probe(AppBinding.create(app, settings).redis)
     if http:
-        if metrics_port is not None:  # the server processes read it from their settings, as from the environment
+        if metrics_port is not None:  # server processes of --workers N read it from the environment
             os.environ["MCP_CELERY_METRICS_PORT"] = str(metrics_port)
-        _serve_http(app_spec, host, port, workers, allow_unauthenticated)
+        _serve_http(app_spec, host, port, workers, allow_unauthenticated, settings)
     else:
-        _serve_stdio(app_spec)
+        _serve_stdio(app, settings)
 
 
-def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthenticated: bool) -> None:
+def _serve_http(
+    app_spec: str, host: str, port: int, workers: int, allow_unauthenticated: bool, settings: Settings
+) -> None:
     import uvicorn
 
     from mcp_celery.server import http
     from mcp_celery.server.edge import auth
-    from mcp_celery.settings import Settings
 
-    settings = Settings()
     auth.check_exposure(settings, host, allow_unauthenticated=allow_unauthenticated)
     # Here, not only in each uvicorn worker process: a token file or JWT setting that cannot work
     # (MCP_CELERY_JWT_JWKS without MCP_CELERY_JWT_ISSUER, say) stops `serve` in one line.
@@ -66,9 +73,10 @@ def _serve_http(app_spec: str, host: str, port: int, workers: int, allow_unauthe
     os.environ[http.APP_ENV], os.environ[http.HOST_ENV], os.environ[http.PORT_ENV] = app_spec, host, str(port)
     with _metrics_directory(workers):
         # Task state lives in Redis only, so any worker process can answer for any task.
-        target = "mcp_celery.server.http:http_app_from_env" if workers > 1 else http.http_app(app_spec, host, port)
+        factory = "mcp_celery.server.http:http_app_from_env"
+        target = factory if workers > 1 else http.http_app(app_spec, host, port, settings)
         if settings.metrics_port is not None:
-            _serve_metrics_port(http.metrics_app(app_spec), host, settings.metrics_port)
+            _serve_metrics_port(http.metrics_app(app_spec, settings), host, settings.metrics_port)
         log_options = logs.uvicorn_options()  # JSON lines from uvicorn's worker processes too
         uvicorn.run(
             target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning", **log_options
@@ -120,16 +128,14 @@ def _serve_metrics_port(app: Any, host: str, port: int) -> None:
         raise ConfigurationError(f"cannot serve --metrics-port {port} on {host} (see the error above)")
 
 
-def _serve_stdio(app_spec: str) -> None:
+def _serve_stdio(app: Celery, settings: Settings) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    from mcp_celery.core.celery_app import load_app
     from mcp_celery.server import create_server
     from mcp_celery.server.edge import limits
-    from mcp_celery.settings import Settings
 
-    server = create_server(load_app(app_spec), Settings())
+    server = create_server(app, settings)
 
     async def run_stdio() -> None:
         async with stdio_server() as (read, write):

@@ -46,7 +46,7 @@ Send = Callable[[Message], Awaitable[None]]
 _PROGRESS_TOKEN = b'"progressToken"'
 
 
-def http_app(app_spec: str, host: str, port: int) -> ASGIApp:
+def http_app(app_spec: str, host: str, port: int, settings: Settings | None = None) -> ASGIApp:
     """The ASGI app serving the tools of the Celery app at `app_spec` (`module` or `module:app`).
 
     With authentication configured, requests need a valid bearer token (401 otherwise) and the
@@ -57,7 +57,7 @@ def http_app(app_spec: str, host: str, port: int) -> ASGIApp:
     Raises:
         ConfigurationError: the app cannot back MCP tasks, or the authentication settings are incomplete.
     """
-    settings = Settings()
+    settings = settings or Settings()  # given by `serve`; built here once per server process of --workers N
     metrics.configure(settings)
     celery_app = load_app(app_spec)
     server = create_server(celery_app, settings)
@@ -73,13 +73,13 @@ def http_app(app_spec: str, host: str, port: int) -> ASGIApp:
     return OperationsRoutes(mcp, readiness, settings, serve_metrics=settings.metrics_port is None)
 
 
-def metrics_app(app_spec: str) -> ASGIApp:
+def metrics_app(app_spec: str, settings: Settings | None = None) -> ASGIApp:
     """The ASGI app of `--metrics-port`: /metrics, /healthz and /readyz only (404 for the rest).
 
     It runs in the process that started the server processes: /metrics sums theirs (multiprocess
     mode) or, with a single process, shows that process's own.
     """
-    settings = Settings()
+    settings = settings or Settings()
     metrics.configure(settings)
     return OperationsRoutes(None, Readiness(load_app(app_spec), settings), settings, serve_metrics=True)
 

@@ -5,6 +5,7 @@ Worker tier: celery and redis, never `mcp`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import weakref
@@ -25,7 +26,7 @@ from mcp_celery.store.probe import RedisUnreachable, probe
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker.serializers import JSON_ONLY, remember_replaced, warn_about_refused_serializers
 
-__all__ = ["WorkerBinding", "configure_app", "recommended_settings", "worker_binding"]
+__all__ = ["WorkerBinding", "configure_app", "recommended_settings", "worker_binding", "worker_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def recommended_settings(app: Celery, max_job: timedelta | None = None) -> dict[
         max_job: the longest job; default: MCP_CELERY_MAX_JOB_S, else the app's own
             task_time_limit, else 6 h.
     """
-    seconds = max_job_s(app, Settings()) if max_job is None else int(max_job.total_seconds())
+    seconds = max_job_s(app, worker_settings()) if max_job is None else int(max_job.total_seconds())
     return {
         "task_acks_late": False,
         "worker_prefetch_multiplier": 1,
@@ -217,5 +218,12 @@ def worker_binding(app: Celery) -> WorkerBinding:
     """The app's worker binding, built on first use (reading MCP_CELERY_* then)."""
     found = _BINDINGS.get(app)
     if found is None:
-        found = _BINDINGS[app] = WorkerBinding(AppBinding.create(app, Settings()))
+        found = _BINDINGS[app] = WorkerBinding(AppBinding.create(app, worker_settings()))
     return found
+
+
+@functools.cache
+def worker_settings() -> Settings:
+    """The worker side's settings: read from the environment once per process, on first use (`configure_app`,
+    the first job, the log set-up), and shared by every app's binding."""
+    return Settings()

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from mcp_celery.logs import JsonFormatter
-from mcp_celery.settings import Settings
+from mcp_celery.worker.config import worker_settings
 from mcp_celery.worker.context import current_context
 
 __all__ = ["JobFields", "json_lines"]
@@ -40,7 +40,7 @@ class JobFields(logging.Filter):
 
 def json_lines(logger: logging.Logger | None = None, **_: Any) -> None:
     """Celery's `after_setup_(task_)logger`: with MCP_CELERY_LOG_FORMAT=json, JSON lines with the job's fields."""
-    if logger is None or Settings().log_format != "json":
+    if logger is None or worker_settings().log_format != "json":
         return
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())
