@@ -16,7 +16,7 @@ from celery import Celery
 
 from mcp_celery.core.workflows import Workflow
 
-__all__ = ["FAILED_HEADER", "PARENT_HEADER", "launch_merge", "redelivered_on_loss"]
+__all__ = ["FAILED_HEADER", "PARENT_HEADER", "launch_merge"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +35,4 @@ def launch_merge(app: Celery, parent_id: str, workflow: Workflow, results: list[
     logger.info("task %s: its members ended; launching the merge step %s", parent_id, workflow.merge.id)
     merge.apply_async(
         args=(results,), task_id=workflow.merge.id, headers=headers, parent_id=parent_id, root_id=parent_id
-    )
-
-
-def redelivered_on_loss(app: Celery, name: str) -> bool:
-    """Whether Celery queues task `name`'s job again when its worker is lost (late ack, reject on worker loss)."""
-    task = app.tasks.get(name)
-    return bool(
-        task is not None and getattr(task, "acks_late", False) and getattr(task, "reject_on_worker_lost", False)
     )

@@ -23,7 +23,7 @@ from mcp_celery.core.workflows import WorkflowSummary
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TASK_MODES, TaskMode, call_tool_result
 
-__all__ = ["AskFirst", "ToolSpec", "build_input_model", "registry"]
+__all__ = ["AskFirst", "ToolSpec", "build_input_model", "redelivered_on_loss", "registry"]
 
 #: Questions settled through an MRTR round before a task is created: a fixed mapping of
 #: key to input request, or a function of the validated arguments returning one (or None).
@@ -76,9 +76,8 @@ class ToolSpec:
 
     @property
     def redelivered_on_loss(self) -> bool:
-        """Whether Celery queues the job again when its worker is lost (late ack, reject on worker loss)."""
-        task = self.celery_task
-        return bool(getattr(task, "acks_late", False) and getattr(task, "reject_on_worker_lost", False))
+        """Whether Celery queues the job again when its worker is lost (`redelivered_on_loss`, below)."""
+        return redelivered_on_loss(self.celery_task)
 
     @property
     def structured(self) -> bool:
@@ -168,3 +167,9 @@ def _output_adapter(annotation: Any, tool_name: str) -> pydantic.TypeAdapter[Any
     except pydantic.PydanticSchemaGenerationError as exc:
         raise ToolDefinitionError(f"tool {tool_name!r}: return type cannot become a JSON schema: {exc}") from exc
     return adapter
+
+
+def redelivered_on_loss(celery_task: Any) -> bool:
+    """Whether Celery queues the job of `celery_task` (a tool's or any task's; None: no such task) again when
+    its worker is lost: late ack and reject on worker loss, both. The one place this is decided."""
+    return bool(getattr(celery_task, "acks_late", False) and getattr(celery_task, "reject_on_worker_lost", False))

@@ -24,9 +24,9 @@ from typing import Any
 from celery import Celery, Signature, chain, chord, group
 from celery.canvas import _chain  # what a chain is an instance of (`chain(...)` builds one)
 
-from mcp_celery.core.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge, redelivered_on_loss
+from mcp_celery.core.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge
 from mcp_celery.core.status import CANCELLED_BEFORE_START, TaskView, task_view
-from mcp_celery.core.tools import registry
+from mcp_celery.core.tools import redelivered_on_loss, registry
 from mcp_celery.core.workflows import FailurePolicy, Member, Workflow, WorkflowKind, aggregate
 from mcp_celery.errors import TaskCancelled
 from mcp_celery.protocol import now_ms
@@ -153,7 +153,7 @@ def after_member(app: Celery, store: SyncStore, parent_id: str, *, grace_ms: int
     records = store.read_records([m.id for m in workflow.everyone])
 
     def again(name: str) -> bool:
-        return redelivered_on_loss(app, name)
+        return redelivered_on_loss(app.tasks.get(name))
 
     now = now_ms()
     views = {

@@ -31,7 +31,6 @@ from redis.exceptions import RedisError
 
 from mcp_celery import tracing
 from mcp_celery.core.binding import AppBinding
-from mcp_celery.core.canvas import redelivered_on_loss
 from mcp_celery.core.status import (
     CANCELLED_BEFORE_START,
     CANCELLED_WHILE_PARKED,
@@ -41,7 +40,7 @@ from mcp_celery.core.status import (
     lost_entry,
     task_view,
 )
-from mcp_celery.core.tools import ToolSpec, registry
+from mcp_celery.core.tools import ToolSpec, redelivered_on_loss, registry
 from mcp_celery.inputs import Answered, invalid_answer_reason
 from mcp_celery.protocol import INTERNAL_ERROR, new_task_id, now_ms
 from mcp_celery.server.edge import limits
@@ -329,8 +328,7 @@ class TaskService:
 
     def redelivered_on_loss(self, name: str) -> bool:
         """Whether Celery queues the job of tool (or member task) `name` again when its worker is lost."""
-        spec = self.tools.get(name)
-        return spec.redelivered_on_loss if spec is not None else redelivered_on_loss(self.binding.app, name)
+        return redelivered_on_loss(self.celery_task(name))
 
     @property
     def grace_ms(self) -> int:
