@@ -89,3 +89,13 @@ def test_one_function_maps_an_exception_to_its_json_rpc_error() -> None:
     assert "pw" not in jsonrpc_error(ValueError("redis://:pw@h"), debug=True)[1]
     assert protocol_error_of({"exc_type": "ProtocolError", "exc_message": [-32001, "no"]}) is not None
     assert protocol_error_of({"exc_type": "ValueError", "exc_message": [-32001, "no"]}) is None
+
+
+def test_the_module_paths_the_guides_gave_still_import() -> None:
+    """Moved modules whose old path the docs gave (or a console script names) still answer to it."""
+    demo = importlib.import_module("mcp_celery.demo_jobs")
+    assert demo.app is importlib.import_module("mcp_celery.cli.demo_jobs").app
+    for old, new in (("metrics", "ops.metrics"), ("deployment_metrics", "ops.deployment_metrics")):
+        moved = importlib.import_module(f"mcp_celery.server.{new}")
+        assert importlib.import_module(f"mcp_celery.server.{old}") is moved
+    assert importlib.import_module("mcp_celery.cli").main is importlib.import_module("mcp_celery.cli.command").main

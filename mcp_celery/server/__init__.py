@@ -7,6 +7,7 @@
     plain/       the fallback for hosts without the extension: plain calls and the task_* tools
     edge/        auth and tokens, request limits and quotas, HTTP refusals
     ops/         metrics, deployment figures, probes, operator routes, diagnostics, observation
+    metrics.py, deployment_metrics.py   the paths the operations guide once gave: the ops/ modules
 
 The surfaces translate shapes over the engine; the engine, the edge and ops never import a surface
 (`tests/test_layering.py`). Imports the shared model (`mcp_celery.core`) and the store but never
