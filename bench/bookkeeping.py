@@ -40,8 +40,8 @@ from typing import Any
 import redis
 
 from bench.redis_tools import BenchRedis
+from mcp_celery.core.status import ended_entry, task_view
 from mcp_celery.protocol import TASKS_EXTENSION, now_ms
-from mcp_celery.status import ended_entry, task_view
 from mcp_celery.store.schema import TaskRecord
 
 Piece = Callable[[list[str]], Awaitable[None]]
@@ -78,7 +78,7 @@ class Pieces:
 
     def __init__(self) -> None:
         from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL
-        from mcp_celery.binding import AppBinding
+        from mcp_celery.core.binding import AppBinding
         from mcp_celery.settings import Settings
         from mcp_celery.store.aio import AsyncStore
         from mcp_celery.store.connect import async_client

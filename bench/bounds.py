@@ -42,7 +42,7 @@ from bench.phases.baselines import call_noop
 from bench.procs import PY, CpuProbe, start_http_server, start_ours_server, worker_on_private_redis, write_report
 from bench.push import BATCH, batch_push_op
 from bench.task_ops import create_op, e2e_op, sync_op
-from mcp_celery._processes import free_port
+from mcp_celery.testing.processes import free_port
 
 RAW_E2E_TASKS = 400  # one raw end-to-end window: publish these, then get them all
 

@@ -40,7 +40,7 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from bench import bench_jobs
 from bench.floor_server import TaskIdParams, list_tools
 from bench.rpc import TASKS_EXT
-from mcp_celery.server.publish import Publisher, add_commands
+from mcp_celery.server.engine.publish import Publisher, add_commands
 from mcp_celery.store.connect import redis_target
 
 

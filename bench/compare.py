@@ -35,7 +35,7 @@ from bench.procs import (
 )
 from bench.push import batch_push_op
 from bench.task_ops import create_op, e2e_op, sync_op
-from mcp_celery._processes import Process, free_port
+from mcp_celery.testing.processes import Process, free_port
 
 #: name -> (concurrency, operation on a task server, operation on the floor or None)
 OPS: dict[str, tuple[int, Callable[[str], Op], Callable[[str], Op] | None]] = {

@@ -27,7 +27,7 @@ from bench import load, rpc
 from bench.procs import PY, start_http_server, start_ours_server, start_worker, wait_worker
 from bench.push import CONCURRENCY, poll_op, push_op
 from bench.redis_tools import BenchRedis, idle_rates, wait_quiet
-from mcp_celery._processes import free_port
+from mcp_celery.testing.processes import free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
 

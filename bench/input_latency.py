@@ -34,7 +34,7 @@ import redis
 from bench.procs import LOGS, ROOT, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis
 from bench.rpc import TASKS_EXT, SyncClient
-from mcp_celery._processes import wait_for
+from mcp_celery.testing.processes import wait_for
 
 BROKER_DB, BACKEND_DB = 14, 15
 TERMINAL = ("completed", "failed", "cancelled")

@@ -34,7 +34,7 @@ from bench.procs import BENCH, MY_SESSIONS, start, start_http_server
 from bench.redis_tools import BenchRedis
 from bench.rpc import parse, request
 from jobs._logsearch import available_cpus
-from mcp_celery._processes import Process, free_port
+from mcp_celery.testing.processes import Process, free_port
 
 POLL_S = 0.005
 GOALS = {"literal": 1.5, "regex": 2.0}  # allowed time relative to grep -F -c / grep -E -c

@@ -50,8 +50,8 @@ from bench.phases.ab import ab_slices, ab_stats
 from bench.procs import BENCH, CpuProbe, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import idle_rates, wait_quiet
 from bench.results import ABFigures, Machine
-from mcp_celery._processes import Process, wait_for
 from mcp_celery.store.schema import FIELD, Keys
+from mcp_celery.testing.processes import Process, wait_for
 
 TOOLS = ("ask_blocking", "ask_parking")  # park_after_s=None, park_after_s=0
 SETTLE_S = 0.1  # the worker idle before the answer: a parked run has ended, a blocked job sits in BLPOP

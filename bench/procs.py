@@ -1,6 +1,6 @@
 """The processes one run starts: servers, Celery workers, and a probe of the CPU others use meanwhile.
 
-Process handling itself (own process group, log file, stop by pid) is `mcp_celery._processes.Process`,
+Process handling itself (own process group, log file, stop by pid) is `mcp_celery.testing.processes.Process`,
 shared with the tests and the demo; this module adds what only the bench needs: every process is
 started from the repository root with it on PYTHONPATH and its log under bench/.logs/, and its
 session id is remembered so that `CpuProbe` can tell the bench's CPU from everybody else's.
@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from mcp_celery._processes import Process, free_port
+from mcp_celery.testing.processes import Process, free_port
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root
 BENCH = ROOT / "bench"

@@ -28,7 +28,7 @@ from bench import load, rpc
 from bench.procs import LOGS, PY, start_http_server, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis
 from bench.task_ops import create_many, e2e_op, get_op
-from mcp_celery._processes import free_port
+from mcp_celery.testing.processes import free_port
 
 
 def summarize(collapsed: Path, top: int = 40) -> str:

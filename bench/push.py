@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from bench import load, rpc
-from mcp_celery._processes import Process, free_port, start_redis, wait_for
+from mcp_celery.testing.processes import Process, free_port, start_redis, wait_for
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

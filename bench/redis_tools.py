@@ -1,6 +1,6 @@
 """The bench's private Redis and what the bench reads from it: command counts, read events, memory.
 
-The server binary, the readiness check and the process handling come from `mcp_celery._processes`;
+The server binary, the readiness check and the process handling come from `mcp_celery.testing.processes`;
 this module adds what only the bench needs: the Debian jemalloc build when there is one (what
 production Redis looks like; the PATH may hold a shim to another build), DEBUG enabled for the
 rehash check after a bulk fill (`settle`), and counters read from INFO.
@@ -14,7 +14,7 @@ import time
 import redis
 
 from bench.procs import start
-from mcp_celery._processes import Process, free_port, redis_answers, redis_server_binary
+from mcp_celery.testing.processes import Process, free_port, redis_answers, redis_server_binary
 
 DEBIAN_REDIS = "/usr/bin/redis-server"
 BENCH_COMMANDS = {"info"}  # the only command the bench itself issues inside a counting window

@@ -31,7 +31,7 @@ import httpx
 from bench import rpc
 from bench.procs import LOGS, PY, start_http_server, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis
-from mcp_celery._processes import free_port
+from mcp_celery.testing.processes import free_port
 
 #: One MONITOR line: `1764761234.123456 [0 127.0.0.1:50000] "HSET" "key" ...` (`[0 lua]` inside scripts).
 LINE = re.compile(r'^(\d+\.\d+) \[\d+ ([^\]]+)\] "(\w+)"(.*)$')

@@ -25,7 +25,7 @@ from typing import Any
 from bench.procs import BENCH, PY, CpuProbe, start, start_http_server
 from bench.redis_tools import BenchRedis
 from bench.rpc import TASKS_EXT, SyncClient
-from mcp_celery._processes import free_port, wait_for
+from mcp_celery.testing.processes import free_port, wait_for
 
 GOAL = 0.6
 POINTS = 4

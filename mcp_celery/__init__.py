@@ -10,12 +10,18 @@ Workers run `celery -A jobs worker` as usual; `mcp-celery serve -A jobs` serves 
 
 The package is layered; each tier imports only the ones above it in this list:
 
-    protocol, errors, settings, inputs    tier 0: the wire vocabulary, pure
-    store/, status, binding, tools        tier 1: the Redis schema and stores, the status table
+    protocol, errors, settings, inputs,   tier 0: the wire vocabulary, the one error tree, pure
+    logs, redact, tracing
+    store/, core/                         tier 1: the Redis store; the shared Celery model (binding,
+                                          tools, task options, status, workflows)
     worker/                               job code and Celery workers (celery, redis; never `mcp`)
-    server/                               the MCP server (the SDK's lowlevel Server)
+    server/                               the MCP server: engine/, tasks/, plain/, edge/, ops/
     client/                               the client library (`mcp` only; no celery, no redis)
-    cli, demo                             commands
+    cli/                                  the `mcp-celery` command (top, demo)
+    testing/                              process and JSON-RPC helpers for tests and the demo
+
+`demo_jobs` is the demo app under the name the guides use (`mcp_celery.cli.demo_jobs`).
+`docs/development.md` draws the map.
 
 Names here are loaded lazily (PEP 562), so `import mcp_celery.client` does not drag in
 Celery, and `mcp_celery.create_server` loads the server only when first used.
@@ -24,11 +30,12 @@ Celery, and `mcp_celery.create_server` loads the server only when first used.
 import importlib as _importlib
 import typing as _typing
 
-from mcp_celery._version import __version__
+__version__ = "0.1.0"
 
 if _typing.TYPE_CHECKING:
     from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
+    from mcp_celery.core.workflows import MemberStatus
     from mcp_celery.errors import (
         ConfigurationError,
         InputNotSupported,
@@ -42,7 +49,6 @@ if _typing.TYPE_CHECKING:
     from mcp_celery.server import create_server
     from mcp_celery.settings import Settings
     from mcp_celery.worker import JobContext, configure_app, current_context, expose, tool
-    from mcp_celery.workflows import MemberStatus
 
 #: Public name → the module that defines it.
 _EXPORTS = {
@@ -67,7 +73,7 @@ _EXPORTS = {
     "current_context": "mcp_celery.worker",
     "expose": "mcp_celery.worker",
     "tool": "mcp_celery.worker",
-    "MemberStatus": "mcp_celery.workflows",
+    "MemberStatus": "mcp_celery.core.workflows",
 }
 
 __all__ = [

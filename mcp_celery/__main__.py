@@ -1,5 +1,5 @@
-"""`python -m mcp_celery`: the `mcp-celery` command (`mcp_celery.cli`)."""
+"""`python -m mcp_celery`: the `mcp-celery` command (`mcp_celery.cli.command`)."""
 
-from mcp_celery.cli import main
+from mcp_celery.cli.command import main
 
 main()

@@ -1,6 +1,8 @@
 """Settings, read from `MCP_CELERY_*` environment variables; constructor keywords win.
 
-Only the CLI and `create_server()` build a Settings object; nothing reads the
+Each process builds one Settings and hands it down: `mcp-celery serve` (to `create_server` and the
+HTTP app), each server process of `serve --http --workers N` (`http_app_from_env`), a worker
+(`mcp_celery.worker.config.worker_settings`, on first use), `mcp-celery top`. Nothing reads the
 environment at import time.
 """
 

@@ -27,9 +27,9 @@ import kombu
 import pytest
 import redis
 
-from mcp_celery._processes import start_redis
 from mcp_celery.store.acl import acl_rule
 from mcp_celery.store.connect import redis_target, sync_client
+from mcp_celery.testing.processes import start_redis
 from tests.log_tracebacks import tracebacks_since
 from tests.redis_topologies import start_cluster
 from tests.support import HttpClient, PersistentRedis, Process, StdioClient, free_port, start_http_server, start_worker

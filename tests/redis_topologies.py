@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from mcp_celery._processes import Process, free_port, redis_answers, redis_server_binary, wait_for
+from mcp_celery.testing.processes import Process, free_port, redis_answers, redis_server_binary, wait_for
 from tests.support import require_service
 
 __all__ = [

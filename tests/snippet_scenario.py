@@ -24,8 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mcp_celery._jsonrpc import RawStdioClient
-from mcp_celery._processes import Process
+from mcp_celery.testing.jsonrpc import RawStdioClient
+from mcp_celery.testing.processes import Process
 from tests.snippets import Block, SnippetError, blocks, command_lines, option, split_commands
 from tests.support import ROOT, free_port, http_answers
 

@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp_celery import cli
+from mcp_celery.cli import command as cli
 from tests.snippet_code import extras, message_in_code, module_exists, path_exists, repo_path, variable_known
 from tests.support import ROOT
 

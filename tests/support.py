@@ -1,7 +1,7 @@
 """Helpers for the end-to-end tests: the suite's worker and servers, and the raw JSON-RPC clients.
 
-Processes, waits and the raw clients come from the package (`mcp_celery._processes`,
-`mcp_celery._jsonrpc`), shared with the demo and the benchmark; this module only knows the
+Processes, waits and the raw clients come from the package (`mcp_celery.testing.processes`,
+`mcp_celery.testing.jsonrpc`), shared with the demo and the benchmark; this module only knows the
 suite's own jobs (`tests.sample_jobs`).
 """
 
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import redis
 
-from mcp_celery import _processes
-from mcp_celery._jsonrpc import RawHttpClient, RawStdioClient
-from mcp_celery._processes import free_port, start_redis, wait_for
 from mcp_celery.protocol import TASKS_EXTENSION, TERMINAL_STATUSES, client_capabilities, request_meta
+from mcp_celery.testing import processes as _processes
+from mcp_celery.testing.jsonrpc import RawHttpClient, RawStdioClient
+from mcp_celery.testing.processes import free_port, start_redis, wait_for
 
 __all__ = [
     "EXT",

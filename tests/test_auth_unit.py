@@ -20,10 +20,9 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet, OctKey, RSAKey
 from mcp.shared.exceptions import MCPError
 
-from mcp_celery import tokens
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.redact import redact
-from mcp_celery.server import auth, limits
+from mcp_celery.server.edge import auth, limits, tokens
 from mcp_celery.settings import Settings
 from tests.support import ROOT
 

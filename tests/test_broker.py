@@ -17,7 +17,7 @@ import redis
 import redis.asyncio as aioredis
 from celery import Celery
 
-from mcp_celery.server.broker import DELIVERED, NOWHERE, QUEUED, STALE, RedisBroker
+from mcp_celery.server.engine.broker import DELIVERED, NOWHERE, QUEUED, STALE, RedisBroker
 from tests.support import session_redis
 
 QUEUE = "probe"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcp_celery._processes import redis_answers, start_redis
+from mcp_celery.testing.processes import redis_answers, start_redis
 from tests.support import ROOT, free_port
 
 

@@ -22,8 +22,8 @@ import pytest
 import redis
 import yaml
 
-from mcp_celery._jsonrpc import RawHttpClient
-from mcp_celery._processes import Process, free_port, wait_for
+from mcp_celery.testing.jsonrpc import RawHttpClient
+from mcp_celery.testing.processes import Process, free_port, wait_for
 from tests.support import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"

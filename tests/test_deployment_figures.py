@@ -29,13 +29,13 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mcp_celery.cli.top import NO_STREAM
 from mcp_celery.protocol import now_ms
-from mcp_celery.server.broker import RedisBroker
-from mcp_celery.server.deployment_metrics import DeploymentCollector, DeploymentFigures
+from mcp_celery.server.engine.broker import RedisBroker
+from mcp_celery.server.ops.deployment_metrics import DeploymentCollector, DeploymentFigures
 from mcp_celery.store.connect import async_client, redis_target
 from mcp_celery.store.deployment import RECENT, BrokerQueues, DeploymentReader, DeploymentSnapshot
 from mcp_celery.store.schema import Keys
-from mcp_celery.top import NO_STREAM
 from tests.conftest import STORE_MODE
 from tests.support import (
     ROOT,

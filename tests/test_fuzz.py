@@ -28,9 +28,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_celery import tokens
-from mcp_celery._processes import stop_group
+from mcp_celery.server.edge import tokens
 from mcp_celery.store.schema import Keys
+from mcp_celery.testing.processes import stop_group
 from tests import sample_jobs
 from tests.support import ROOT, HttpClient, Process, caps, modern_meta, start_http_server
 

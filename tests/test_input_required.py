@@ -18,7 +18,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from mcp_celery.status import READY_STATES
+from mcp_celery.core.status import READY_STATES
 from mcp_celery.store.schema import Keys
 from tests import sample_jobs
 from tests.support import HttpClient, Process, StdioClient, caps, wait_for

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mcp_celery.logs import principal_digest
-from mcp_celery.tokens import new_token
+from mcp_celery.server.edge.tokens import new_token
 from tests.support import HttpClient, Process, free_port, http_answers, start_worker, wait_for
 
 PRINCIPAL = "alice-ops-principal"

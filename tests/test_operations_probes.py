@@ -20,12 +20,12 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcp_celery import tokens
-from mcp_celery._processes import free_port, wait_for
-from mcp_celery.server import metrics
-from mcp_celery.server.deployment_metrics import DeploymentCollector
+from mcp_celery.server.edge import tokens
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.ops.deployment_metrics import DeploymentCollector
 from mcp_celery.settings import Settings
 from mcp_celery.store.ended import EndedEntry
+from mcp_celery.testing.processes import free_port, wait_for
 from tests.support import HttpClient, PersistentRedis, Process, live_processes, start_http_server
 
 METRICS_TOKEN = "scrape-secret-7f3a"

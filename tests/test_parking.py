@@ -23,11 +23,11 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from mcp_celery._processes import wait_for
 from mcp_celery.protocol import now_ms
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.connect import async_client, redis_target
 from mcp_celery.store.schema import Keys, Lifetimes
+from mcp_celery.testing.processes import wait_for
 from tests import parking_jobs
 from tests.support import ROOT, HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
 

@@ -13,7 +13,7 @@ import uuid
 import pytest
 import redis
 
-from mcp_celery.binding import AppBinding
+from mcp_celery.core.binding import AppBinding
 from mcp_celery.protocol import TASKS_EXTENSION
 from mcp_celery.settings import Settings
 from mcp_celery.store.schema import FIELD, Keys

@@ -1,4 +1,4 @@
-"""The native Redis publisher (`mcp_celery.server.publish`): kombu's own message, sent by asyncio.
+"""The native Redis publisher (`mcp_celery.server.engine.publish`): kombu's own message, sent by asyncio.
 
 The message must be the very bytes kombu's Redis transport would send (apart from its random
 delivery tag), a worker must run it, and a broker other than plain Redis keeps Celery's path.
@@ -25,7 +25,7 @@ import redis
 from celery import Celery
 
 import mcp_celery
-from mcp_celery.server.publish import Publisher
+from mcp_celery.server.engine.publish import Publisher
 from mcp_celery.store.connect import redis_target
 from mcp_celery.store.schema import Keys
 from tests.support import (

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import redis
 
-from mcp_celery._jsonrpc import SseStream
 from mcp_celery.protocol import TERMINAL_STATUSES
+from mcp_celery.testing.jsonrpc import SseStream
 from tests import sample_jobs
 from tests.support import (
     HttpClient,

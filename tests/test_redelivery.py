@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis
 
-from mcp_celery.server.reaper import LOST_BEFORE_START
+from mcp_celery.server.engine.reaper import LOST_BEFORE_START
 from tests import sample_jobs
 from tests.support import HttpClient, Process, caps, start_http_server, start_worker, wait_for
 

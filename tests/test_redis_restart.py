@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcp_celery._processes import wait_for
+from mcp_celery.testing.processes import wait_for
 from tests import sample_jobs
 from tests.support import HttpClient, PersistentRedis, caps, start_http_server, start_worker
 

@@ -23,7 +23,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet
 from kombu import Queue
 
-from mcp_celery import tokens
+from mcp_celery.server.edge import tokens
 from mcp_celery.store.schema import Keys
 from tests import sample_jobs
 from tests.support import (

@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
-from mcp_celery._processes import wait_for
 from mcp_celery.protocol import TERMINAL_STATUSES
-from mcp_celery.server.reaper import LOST_BEFORE_START
+from mcp_celery.server.engine.reaper import LOST_BEFORE_START
+from mcp_celery.testing.processes import wait_for
 from tests.redis_topologies import MASTER_NAME, SentinelGroup, start_sentinel_group
 from tests.support import HttpClient, Process, caps, start_http_server, start_worker
 

@@ -17,9 +17,9 @@ import pytest
 from celery import Celery
 
 import mcp_celery
-from mcp_celery._jsonrpc import RawStdioClient
+from mcp_celery.core.tools import registry
 from mcp_celery.redact import redact
-from mcp_celery.tools import registry
+from mcp_celery.testing.jsonrpc import RawStdioClient
 from tests.snippet_scenario import host_session_tools
 from tests.support import ROOT, free_port, session_redis, wait_for
 

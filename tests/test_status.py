@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from mcp_celery.status import READY_STATES, TaskView, expired, reported_ttl_ms, task_view
+from mcp_celery.core.status import READY_STATES, TaskView, expired, reported_ttl_ms, task_view
 from mcp_celery.store.schema import TaskRecord
 
 T0 = 1_700_000_000_000

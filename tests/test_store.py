@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcp_celery._processes import start_redis, wait_for
 from mcp_celery.protocol import now_ms
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.connect import async_client, redis_target
 from mcp_celery.store.replication import NotOnPrimary
 from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, Durability, Keys, Lifetimes, TaskRecord
 from mcp_celery.store.sync import AnswerWait, SyncStore
+from mcp_celery.testing.processes import start_redis, wait_for
 from mcp_celery.worker.heartbeat import ANNOUNCE_AFTER_S, Heartbeat, TakenBeat
 from tests.redis_topologies import start_plain
 

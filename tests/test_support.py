@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcp_celery._processes import redis_answers, start_redis
+from mcp_celery.testing.processes import redis_answers, start_redis
 from tests.support import REQUIRE_ENV, ROOT, live_processes, require_service, tcp_unavailable, wait_for
 
 

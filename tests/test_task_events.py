@@ -1,4 +1,4 @@
-"""The server's event listener (`mcp_celery.server.events`) under watch churn, on one Redis and on a cluster.
+"""The server's event listener (`mcp_celery.server.engine.events`) under watch churn, on one Redis and on a cluster.
 
 Every synchronous call and every `task_status` wait opens a watch and closes it: a listener that
 loses its connection to that churn, loses a subscription, or lets a watch fail, turns into late
@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_celery.server.events import TaskEvents
+from mcp_celery.server.engine.events import TaskEvents
 from mcp_celery.store.connect import AsyncRedis, async_client, redis_target
 from mcp_celery.store.schema import Keys
 from tests.redis_topologies import start_cluster
@@ -65,7 +65,7 @@ def test_watches_that_come_and_go_hear_their_changes_and_never_cost_the_connecti
     is then renewed); many at once subscribe and unsubscribe on one connection concurrently."""
     url = request.getfixturevalue("cluster_url") if topology == "cluster" else session_redis(13)
     target = redis_target(url)
-    caplog.set_level(logging.WARNING, logger="mcp_celery.server.events")
+    caplog.set_level(logging.WARNING, logger="mcp_celery.server.engine.events")
     anyio.run(_churn, async_client(target), target.sharded, watchers)
     assert [record.getMessage() for record in caplog.records] == [], "no lost connection, no failed subscription"
 
@@ -101,6 +101,6 @@ def test_a_channel_watched_again_as_its_last_watch_ends_stays_subscribed_and_is_
 ) -> None:
     """Watches end without waiting for their UNSUBSCRIBE (it is sent after their answer): one that
     begins before it was sent keeps hearing its task, and once nobody watches, Redis holds no subscriber."""
-    caplog.set_level(logging.WARNING, logger="mcp_celery.server.events")
+    caplog.set_level(logging.WARNING, logger="mcp_celery.server.engine.events")
     anyio.run(_watch_again, async_client(redis_target(session_redis(13))), ROUNDS)
     assert [record.getMessage() for record in caplog.records] == [], "no lost connection, no failed subscription"

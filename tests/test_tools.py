@@ -14,11 +14,12 @@ import redis
 from celery import Celery
 
 import mcp_celery
-from mcp_celery.binding import AppBinding
-from mcp_celery.celery_app import load_app
+from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.celery_app import load_app
+from mcp_celery.core.tools import registry
 from mcp_celery.settings import Settings
 from mcp_celery.store.schema import Keys
-from mcp_celery.tools import registry
+from mcp_celery.worker.config import worker_settings
 from tests.support import ROOT, Process
 
 
@@ -69,6 +70,39 @@ def test_options_reach_celery_and_the_tool_spec() -> None:
     assert (spec.title, spec.description, spec.task_mode, spec.context_param) == ("T", "D", "required", "ctx")
     assert spec.celery_task.queue == "q" and spec.celery_task.time_limit == 7
     assert spec.to_wire()["inputSchema"]["properties"] == {"x": {"default": 1, "title": "X", "type": "integer"}}
+
+
+def test_a_misspelled_option_is_refused_at_decoration_time_naming_the_one_meant() -> None:
+    app = make_app()
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="'inlines_s'; did you mean 'inline_s'"):
+
+        @mcp_celery.tool(app, inlines_s=5)
+        def typo() -> None: ...
+
+    with pytest.raises(
+        mcp_celery.ToolDefinitionError, match="'terminate_on_cancle'; did you mean 'terminate_on_cancel'"
+    ):
+
+        @mcp_celery.tool(app, terminate_on_cancle=True)
+        def typo_too() -> None: ...
+
+    assert "typo" not in registry(app) and "typo_too" not in registry(app)
+    task = app.task(name="plain.add", shared=False)(lambda x: x)
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="'park_after'; did you mean 'park_after_s'"):
+        mcp_celery.expose(task, park_after=5)
+    with pytest.raises(TypeError, match="'colour'"):
+        mcp_celery.expose(task, colour="red")
+    assert registry(app) == {}
+
+
+def test_celerys_own_task_options_still_pass_through_even_when_they_look_like_ours() -> None:
+    app = make_app()
+
+    @mcp_celery.tool(app, queue="q", acks_late=True, time_limit=30, retry_on_worker_lost=True, name="kept")
+    def kept() -> None: ...
+
+    task = registry(app)["kept"].celery_task
+    assert (task.queue, task.acks_late, task.time_limit, task.retry_on_worker_lost) == ("q", True, 30, True)
 
 
 def test_a_tool_called_the_plain_celery_way_runs_eagerly_with_a_detached_context() -> None:
@@ -162,12 +196,14 @@ def test_one_setting_for_the_longest_job_sets_the_time_limit_and_the_records_lif
     assert lifetimes.max_job_s == 7200 and lifetimes.live_s == 86_400 + 7200  # TTL plus the longest job
 
     monkeypatch.setenv("MCP_CELERY_MAX_JOB_S", "600")
+    worker_settings.cache_clear()  # read once per process: this test changes the environment within one
     from_env = make_app()
     mcp_celery.configure_app(from_env)
     assert from_env.conf.task_time_limit == 600
     assert AppBinding.create(from_env, Settings()).lifetimes.max_job_s == 600
 
     monkeypatch.delenv("MCP_CELERY_MAX_JOB_S")
+    worker_settings.cache_clear()
     plain = make_app(task_time_limit=None)
     assert AppBinding.create(plain, Settings()).lifetimes.max_job_s == 6 * 3600  # no limit anywhere: 6 h
     mcp_celery.configure_app(plain)

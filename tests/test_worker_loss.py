@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcp_celery.server.reaper import LOST_BEFORE_START
+from mcp_celery.server.engine.reaper import LOST_BEFORE_START
 from mcp_celery.store.schema import FIELD, Keys
 from tests.support import HttpClient, Process, start_worker, wait_for
 

@@ -20,11 +20,11 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from mcp_celery.core.status import TaskView
+from mcp_celery.core.workflows import Member, Workflow, aggregate
 from mcp_celery.protocol import TERMINAL_STATUSES
-from mcp_celery.server.reaper import LOST_BEFORE_START
-from mcp_celery.status import TaskView
+from mcp_celery.server.engine.reaper import LOST_BEFORE_START
 from mcp_celery.store.schema import FIELD, Keys, TaskRecord
-from mcp_celery.workflows import Member, Workflow, aggregate
 from tests import sample_jobs
 from tests.support import HttpClient, Process, caps, start_worker, wait_for
 from tests.test_push import listen, notifications_until_end

@@ -24,7 +24,7 @@ from bench.phases.task_server import Target
 from bench.procs import CpuProbe, start_ours_server
 from bench.redis_tools import BenchRedis, keys_stored
 from bench.results import ABFigures
-from mcp_celery._processes import Process
+from mcp_celery.testing.processes import Process
 
 MAX_ERRORS_PER_SIDE = 50
 

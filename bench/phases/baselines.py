@@ -18,7 +18,7 @@ from bench.procs import PY, start_http_server
 from bench.redis_tools import BenchRedis
 from bench.results import FloorFigures, Results
 from bench.task_ops import get_op
-from mcp_celery._processes import free_port
+from mcp_celery.testing.processes import free_port
 
 
 def call_noop(url: str) -> Op:

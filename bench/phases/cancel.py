@@ -29,8 +29,8 @@ from bench.input_latency import TERMINAL, Probe, serving
 from bench.procs import CpuProbe
 from bench.redis_tools import BenchRedis
 from bench.results import Latencies, Results
-from mcp_celery._processes import wait_for
 from mcp_celery.store.schema import FIELD, Keys
+from mcp_celery.testing.processes import wait_for
 
 WARM_UP_ROUNDS = 2
 

@@ -1,7 +1,7 @@
 """The cost of the plain-host fallback on the synchronous path: fallback on and off, interleaved.
 
 A request without the tasks extension that calls an optional tool waits up to the inline window for
-its job (`mcp_celery.server.plain`, issue 20): it follows progress and questions, which the plain
+its job (`mcp_celery.server.plain.call`, issue 20): it follows progress and questions, which the plain
 synchronous path it replaced (`MCP_CELERY_TOOL_FALLBACK=false`) never did. For a job that ends inside
 the window the two should cost the same. Two `mcp-celery serve` processes over the bench Redis and one
 prefork worker, identical but for MCP_CELERY_TOOL_FALLBACK=false on one, are measured in alternating

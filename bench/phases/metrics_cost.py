@@ -31,9 +31,9 @@ from bench.procs import paused, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis
 from bench.results import MetricsCostFigures, Results
 from bench.task_ops import create_op, get_op, task_id_of
-from mcp_celery._processes import Process
-from mcp_celery.server import metrics
+from mcp_celery.server.ops import metrics
 from mcp_celery.settings import Settings
+from mcp_celery.testing.processes import Process
 
 #: "control" is a second server with metrics on: control / on shows how far two identical servers differ here.
 SIDES = ("on", "off", "control")

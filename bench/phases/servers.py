@@ -17,7 +17,7 @@ from bench.phases.task_server import Target, measure_task_server
 from bench.procs import BENCH, paused, start_http_server, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis
 from bench.results import Results
-from mcp_celery._processes import free_port
+from mcp_celery.testing.processes import free_port
 
 FASTMCP_PY = BENCH / ".venv-fastmcp" / "bin" / "python"
 FASTMCP_PINS = ("fastmcp==4.1.4", "fastmcp-tasks==4.1.4")

@@ -33,9 +33,13 @@ from mcp_types import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR  # noqa: E4
 from pydantic_core import PydanticUndefined  # noqa: E402
 from starlette.datastructures import Headers  # noqa: E402
 
-from mcp_celery import cli, protocol, status  # noqa: E402
+from mcp_celery import protocol  # noqa: E402
+from mcp_celery.cli import command as cli  # noqa: E402
 from mcp_celery.client import _cli as client_cli  # noqa: E402
-from mcp_celery.server import envelope, limits, reaper, refusals  # noqa: E402
+from mcp_celery.core import status  # noqa: E402
+from mcp_celery.server.edge import limits, refusals  # noqa: E402
+from mcp_celery.server.engine import reaper  # noqa: E402
+from mcp_celery.server.tasks import envelope  # noqa: E402
 from mcp_celery.settings import Settings  # noqa: E402
 from mcp_celery.worker import execution, shutdown  # noqa: E402
 

@@ -12,6 +12,16 @@ for an OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp), `CommandSampler(com
 both with tool use (`sampling_capabilities=SAMPLING_WITH_TOOLS`).
 
 Needs only `mcp`: importing it imports neither celery nor redis.
+
+    _extension.py   TasksExtension: the client half of the extension on the SDK's ClientExtension seam
+    _handle.py      TaskHandle: start, status, wait, result, cancel, answer
+    _state.py       what one client process knows of the tasks it watches
+    _wire.py        the wire models as the client reads and sends them
+    _errors.py      TaskError and its kinds (under `mcp_celery.errors.McpCeleryError`)
+    _journal.py     the local journal of started tasks (SQLite)
+    _sampling.py    CommandSampler; _openai.py OpenAISampler: answering sampling requests
+    _terminal.py    the progress line and prompts of `mcp-celery call`
+    _cli.py         `mcp-celery call` and `mcp-celery tasks list|get|wait|cancel`
 """
 
 from mcp_celery.client._errors import (

@@ -31,6 +31,7 @@ from mcp_celery.client._openai import API_KEY_ENV, OpenAISampler
 from mcp_celery.client._sampling import DEFAULT_TIMEOUT_S, SAMPLING_WITH_TOOLS, CommandSampler
 from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal, sample_at_terminal
 from mcp_celery.client._wire import DetailedTask
+from mcp_celery.errors import McpCeleryError
 
 __all__ = ["EXIT_STATUSES", "TOKEN_ENV", "main", "parser", "register", "split_argv"]
 
@@ -194,7 +195,7 @@ def _option_arity(action: str) -> dict[str, bool]:
     return {name: act.nargs != 0 for name, act in sub._option_string_actions.items()}
 
 
-class RefusedError(Exception):
+class RefusedError(McpCeleryError):
     """The server refused a request over HTTP before JSON-RPC (401, 403, 413, 421); the message says why."""
 
 

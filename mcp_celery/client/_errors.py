@@ -1,12 +1,12 @@
 """Errors of the task client.
 
-McpCeleryError
+McpCeleryError (mcp_celery.errors, the one tree)
  └── TaskError                 a task did not give a tool result (carries the last DetailedTask)
       ├── TaskCancelledError   the task ended `cancelled`
       ├── TaskInputError       the task asked for input this client cannot give
-      └── NotATaskError        the server answered a tool call inline (carries the CallToolResult)
-MCPError (mcp SDK)
- └── TaskFailedError           the task ended `failed`: its JSON-RPC error, raised like any other one
+      ├── NotATaskError        the server answered a tool call inline (carries the CallToolResult)
+      └── TaskFailedError      the task ended `failed`: also the SDK's MCPError, so its JSON-RPC error
+                               is caught like any other one (`except MCPError`) as well as by `except TaskError`
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ __all__ = ["NotATaskError", "TaskCancelledError", "TaskError", "TaskFailedError"
 
 
 class TaskError(McpCeleryError):
+    """A task did not give a tool result; `task` is the last DetailedTask read (None if none was)."""
+
     def __init__(self, message: str, task: DetailedTask | None = None) -> None:
         super().__init__(message)
         self.task = task
@@ -45,14 +47,15 @@ class NotATaskError(TaskError):
         self.result = result
 
 
-class TaskFailedError(MCPError):
+class TaskFailedError(TaskError, MCPError):
     """The task ended `failed`; `code`, `message` and `data` are the task's JSON-RPC error."""
 
     def __init__(self, task: DetailedTask) -> None:
         error = task.error
-        super().__init__(
+        MCPError.__init__(
+            self,
             error.code if error else -32603,
             error.message if error else (task.status_message or "task failed"),
             error.data if error else None,
         )
-        self.task = task
+        self.task: DetailedTask | None = task

@@ -1,16 +1,17 @@
 """The server tier: MCP over the SDK's lowlevel `Server`, serving a Celery app's tools as tasks.
 
-    app.py        create_server: wiring and lifespan
-    creation.py   tools/call: arguments, task mode, ask_first, task or synchronous run
-    handlers.py   tasks/get, tasks/update, tasks/cancel
-    envelope.py   declared capabilities, Mcp-Name, the caller, the shared protocol errors
-    listen.py     subscriptions/listen: notifications/tasks pushed to listeners
-    service.py    the state handlers share: binding, async store, event listener
-    events.py     the process's one Redis listener (task channels, coalesced pings)
-    http.py       the Streamable HTTP ASGI app
+    app.py       create_server: wiring and lifespan
+    http.py      the Streamable HTTP ASGI app (`mcp-celery serve --http`): wiring only
+    engine/      the task engine: create, find, answer, cancel; the reaper, events, publishing
+    tasks/       the SEP-2663 surface: tools/call, tasks/get|update|cancel, subscriptions/listen
+    plain/       the fallback for hosts without the extension: plain calls and the task_* tools
+    edge/        auth and tokens, request limits and quotas, HTTP refusals
+    ops/         metrics, deployment figures, probes, operator routes, diagnostics, observation
+    metrics.py, deployment_metrics.py   the paths the operations guide once gave: the ops/ modules
 
-Imports the worker tier's pure neighbours (store, status, tools) but never `mcp_celery.worker`:
-tasks are queued by name through Celery, so the server needs no job code of its own.
+The surfaces translate shapes over the engine; the engine, the edge and ops never import a surface
+(`tests/test_layering.py`). Imports the shared model (`mcp_celery.core`) and the store but never
+`mcp_celery.worker`: tasks are queued by name through Celery, so the server needs no job code.
 """
 
 from mcp_celery.server.app import create_server

@@ -18,18 +18,21 @@ from mcp import types
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import Server
 
-from mcp_celery import tracing
-from mcp_celery._version import __version__
-from mcp_celery.binding import AppBinding
+from mcp_celery import __version__, tracing
+from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.task_options import settle
+from mcp_celery.core.tools import registry
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TASKS_EXTENSION
-from mcp_celery.server import creation, envelope, handlers, lifecycle, limits, listen, metrics, plain
-from mcp_celery.server.envelope import RequestContext
-from mcp_celery.server.handlers import TaskIdParams, UpdateTaskParams
-from mcp_celery.server.service import TaskService
+from mcp_celery.server.edge import limits
+from mcp_celery.server.engine.service import TaskService
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.plain import call as plain
+from mcp_celery.server.plain import lifecycle
+from mcp_celery.server.tasks import creation, envelope, handlers, listen
+from mcp_celery.server.tasks.envelope import RequestContext
+from mcp_celery.server.tasks.handlers import TaskIdParams, UpdateTaskParams
 from mcp_celery.settings import Settings
-from mcp_celery.task_options import settle
-from mcp_celery.tools import registry
 
 __all__ = ["check_tool_names", "create_server"]
 
@@ -38,7 +41,7 @@ def create_server(app: Celery, settings: Settings | None = None, *, name: str | 
     """An MCP server for every tool registered on `app` (build it after importing the job module).
 
     The tools' Celery options are settled from the app's configuration as it is now
-    (`mcp_celery.task_options`): the messages this server publishes carry their time limits.
+    (`mcp_celery.core.task_options`): the messages this server publishes carry their time limits.
 
     Args:
         app: the Celery app whose tools to serve.

@@ -10,7 +10,7 @@ while a plain call waits for its job). SSE costs every request the SDK's streami
 body carries a `progressToken` takes the streaming app; `subscriptions/listen` streams in either.
 
 In front of both, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint and its
-authentication (`mcp_celery.server.operations`).
+authentication (`mcp_celery.server.ops.operations`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
-from mcp_celery.celery_app import load_app
-from mcp_celery.server import auth, metrics
+from mcp_celery.core.celery_app import load_app
 from mcp_celery.server.app import create_server
-from mcp_celery.server.operations import OperationsRoutes
-from mcp_celery.server.probes import Readiness
-from mcp_celery.server.refusals import RewordedRefusals
+from mcp_celery.server.edge import auth
+from mcp_celery.server.edge.refusals import RewordedRefusals
+from mcp_celery.server.ops import metrics
+from mcp_celery.server.ops.operations import OperationsRoutes
+from mcp_celery.server.ops.probes import Readiness
 from mcp_celery.settings import Settings
 
 __all__ = ["APP_ENV", "HOST_ENV", "PORT_ENV", "ProgressRouter", "http_app", "http_app_from_env", "metrics_app"]
@@ -45,18 +46,18 @@ Send = Callable[[Message], Awaitable[None]]
 _PROGRESS_TOKEN = b'"progressToken"'
 
 
-def http_app(app_spec: str, host: str, port: int) -> ASGIApp:
+def http_app(app_spec: str, host: str, port: int, settings: Settings | None = None) -> ASGIApp:
     """The ASGI app serving the tools of the Celery app at `app_spec` (`module` or `module:app`).
 
     With authentication configured, requests need a valid bearer token (401 otherwise) and the
     RFC 9728 protected resource metadata is served; Host and Origin are checked in any case.
     The SDK's bare refusals (413, 421, 403, JSON that is not JSON-RPC) are reworded to say
-    what to set (`mcp_celery.server.refusals`).
+    what to set (`mcp_celery.server.edge.refusals`).
 
     Raises:
         ConfigurationError: the app cannot back MCP tasks, or the authentication settings are incomplete.
     """
-    settings = Settings()
+    settings = settings or Settings()  # given by `serve`; built here once per server process of --workers N
     metrics.configure(settings)
     celery_app = load_app(app_spec)
     server = create_server(celery_app, settings)
@@ -72,13 +73,13 @@ def http_app(app_spec: str, host: str, port: int) -> ASGIApp:
     return OperationsRoutes(mcp, readiness, settings, serve_metrics=settings.metrics_port is None)
 
 
-def metrics_app(app_spec: str) -> ASGIApp:
+def metrics_app(app_spec: str, settings: Settings | None = None) -> ASGIApp:
     """The ASGI app of `--metrics-port`: /metrics, /healthz and /readyz only (404 for the rest).
 
     It runs in the process that started the server processes: /metrics sums theirs (multiprocess
     mode) or, with a single process, shows that process's own.
     """
-    settings = Settings()
+    settings = settings or Settings()
     metrics.configure(settings)
     return OperationsRoutes(None, Readiness(load_app(app_spec), settings), settings, serve_metrics=True)
 

@@ -25,7 +25,7 @@ COMMANDS = (
     # Sentinel: a new connection checks that it reached the primary
     "role",
     # the deployment's figures: the ended stream and its consumer group, the workers' beats, the
-    # reporting replica's lease (mcp_celery.store.deployment, mcp_celery.server.deployment_metrics)
+    # reporting replica's lease (mcp_celery.store.deployment, mcp_celery.server.ops.deployment_metrics)
     "xadd", "xrevrange", "xreadgroup", "xgroup|create", "zcard", "zremrangebyscore", "pexpire",
 )  # fmt: skip
 

@@ -310,7 +310,7 @@ class AsyncStore:
         await self.redis.zadd(self.keys.live(), {task_id: check_at_ms}, nx=True)
 
     async def claim_merge(self, task_id: str, now_ms: int) -> bool:
-        """True for the one caller that launches the workflow's merge step (`mcp_celery.workflows`)."""
+        """True for the one caller that launches the workflow's merge step (`mcp_celery.core.workflows`)."""
         return bool(await self.redis.hsetnx(self.keys.task(task_id), FIELD.MERGING, now_ms))  # type: ignore[misc]
 
     async def delete(self, task_id: str) -> None:

@@ -8,7 +8,7 @@ started, and FREEZE when a server reports a task lost with its worker. On a Redi
 script may touch a key outside its task's slot, so there is no stream there, and no figures from it.
 
 Readers: each server replica takes its own share of the entries through one consumer group
-(`mcp_celery.server.deployment_metrics`: counters and histograms, every entry counted once in the
+(`mcp_celery.server.ops.deployment_metrics`: counters and histograms, every entry counted once in the
 deployment), and `mcp-celery top` reads the latest ones (XREVRANGE) for the recent failures.
 
 >>> entry = EndedEntry("abc", "echo", "completed", created_ms=1000, ended_ms=1500, started_ms=1100)

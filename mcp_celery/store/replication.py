@@ -12,14 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp_celery.errors import NotReplicated
 from mcp_celery.store.schema import Durability
 
 __all__ = ["NotOnPrimary", "NotReplicated", "check_replicas", "queue_wait"]
-
-
-class NotReplicated(Exception):
-    """A write not acknowledged: fewer replicas than `Durability.min_replicas` confirmed it within
-    `Durability.wait_ms` (`check_replicas`). It may stand on the primary; a failover now could lose it."""
 
 
 class NotOnPrimary(NotReplicated):

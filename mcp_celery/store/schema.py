@@ -93,7 +93,7 @@ class FIELD:
     TAKEN = "taken"
     #: On a workflow member's record: the MCP task it belongs to (its events go to that task's channel).
     PARENT = "parent"
-    #: On an MCP task whose job handed it over to a workflow: the workflow (`mcp_celery.workflows`, JSON).
+    #: On an MCP task whose job handed it over to a workflow: the workflow (`mcp_celery.core.workflows`, JSON).
     WORKFLOW = "workflow"
     #: Set once the workflow's merge step has been launched (whoever launches it first).
     MERGING = "merging"
@@ -171,7 +171,7 @@ class Keys:
         """Sorted set of running tasks scored by the time their heartbeat runs out (ms).
 
         With a Redis broker, a task enters it when created, scored by when to look for its message
-        if no job has started by then (`mcp_celery.server.reaper`). A worker that takes the job's
+        if no job has started by then (`mcp_celery.server.engine.reaper`). A worker that takes the job's
         message scores it by its `taken` deadline, and JOB_START by the heartbeat's.
 
         One key for every task, so on a cluster it lives in another slot than a task's keys, and

@@ -1,4 +1,4 @@
-"""The worker's store for workflows (`mcp_celery.workflows`): the members' records, the hand-over, the merge.
+"""The worker's store for workflows (`mcp_celery.core.workflows`): the members' records, the hand-over, the merge.
 
 Tier 1, a part of `SyncStore` (which registers the scripts and runs the pipelines): what a worker
 writes when a job hands its task over to a workflow (`mcp_celery.worker.workflow`) and when a

@@ -5,6 +5,7 @@ Worker tier: celery and redis, never `mcp`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import weakref
@@ -13,19 +14,19 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery
 
-from mcp_celery.binding import AppBinding, max_job_s, queues_readable
+from mcp_celery.core.binding import AppBinding, max_job_s, queues_readable
+from mcp_celery.core.task_options import configured, mark_configured, settle
+from mcp_celery.core.tools import registry
 from mcp_celery.errors import McpCeleryError
 from mcp_celery.settings import Settings
 from mcp_celery.store.connect import sync_client
 from mcp_celery.store.probe import RedisUnreachable, probe
 from mcp_celery.store.sync import SyncStore
-from mcp_celery.task_options import configured, mark_configured, settle
-from mcp_celery.tools import registry
 from mcp_celery.worker.serializers import JSON_ONLY, remember_replaced, warn_about_refused_serializers
 
-__all__ = ["WorkerBinding", "configure_app", "recommended_settings", "worker_binding"]
+__all__ = ["WorkerBinding", "configure_app", "recommended_settings", "worker_binding", "worker_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +63,10 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
 
     Celery's own result-backend writes retry through an outage of the backend (a Redis restart)
     rather than fail the job. A worker's SIGTERM gives running jobs MCP_CELERY_SHUTDOWN_GRACE_S to
-    finish (worker/shutdown.py).
+    finish (worker/shutdown.py; a worker of a configured app).
 
     It may be called before or after the `@tool` decorators: tools already defined are settled
-    again from the new configuration (`mcp_celery.task_options`). A worker of an app that used
+    again from the new configuration (`mcp_celery.core.task_options`). A worker of an app that used
     pickle before logs a warning at start naming the settings this replaced.
 
     Args:
@@ -76,9 +77,6 @@ def configure_app(app: Celery, *, max_job: timedelta | None = None) -> None:
         ToolDefinitionError: a `retry_on_worker_loss` tool already defined has a hard time limit
             that is not below the visibility timeout this sets.
     """
-    from mcp_celery.worker.shutdown import install_shutdown_grace  # it needs worker_binding, below
-
-    install_shutdown_grace(app)
     remember_replaced(app)  # a pickle setup this replaces is named in a warning at worker start
     app.conf.update(recommended_settings(app, max_job))
     mark_configured(app)
@@ -93,7 +91,7 @@ def recommended_settings(app: Celery, max_job: timedelta | None = None) -> dict[
         max_job: the longest job; default: MCP_CELERY_MAX_JOB_S, else the app's own
             task_time_limit, else 6 h.
     """
-    seconds = max_job_s(app, Settings()) if max_job is None else int(max_job.total_seconds())
+    seconds = max_job_s(app, worker_settings()) if max_job is None else int(max_job.total_seconds())
     return {
         "task_acks_late": False,
         "worker_prefetch_multiplier": 1,
@@ -172,8 +170,7 @@ class WorkerBinding:
 _BINDINGS: weakref.WeakKeyDictionary[Celery, WorkerBinding] = weakref.WeakKeyDictionary()
 
 
-@signals.worker_init.connect(weak=False)
-def _check_at_worker_start(sender: Any = None, **_: Any) -> None:
+def check_at_worker_start(sender: Any = None, **_: Any) -> None:
     """A worker of an app with MCP tools stops at once, in one line, when mcp-celery has no usable Redis.
 
     No Redis configured, a URL that cannot work, and a Redis that refuses us (TLS, credentials,
@@ -221,5 +218,12 @@ def worker_binding(app: Celery) -> WorkerBinding:
     """The app's worker binding, built on first use (reading MCP_CELERY_* then)."""
     found = _BINDINGS.get(app)
     if found is None:
-        found = _BINDINGS[app] = WorkerBinding(AppBinding.create(app, Settings()))
+        found = _BINDINGS[app] = WorkerBinding(AppBinding.create(app, worker_settings()))
     return found
+
+
+@functools.cache
+def worker_settings() -> Settings:
+    """The worker side's settings: read from the environment once per process, on first use (`configure_app`,
+    the first job, the log set-up), and shared by every app's binding."""
+    return Settings()

@@ -20,7 +20,9 @@ from celery import Signature, chord
 from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
 from mcp_celery import logs
-from mcp_celery.canvas import FAILED_HEADER
+from mcp_celery.core.canvas import FAILED_HEADER
+from mcp_celery.core.status import READY_STATES
+from mcp_celery.core.workflows import FailurePolicy
 from mcp_celery.errors import InputNotSupported, InputTimeout, TaskCancelled
 from mcp_celery.inputs import (
     ToolChoiceMode,
@@ -31,12 +33,10 @@ from mcp_celery.inputs import (
     sampling_answer_model,
 )
 from mcp_celery.protocol import now_ms
-from mcp_celery.status import READY_STATES
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.store.sync import MEMO_PREFIX, AnswerWait, SyncStore
 from mcp_celery.worker import parking, workflow
 from mcp_celery.worker.heartbeat import Heartbeat
-from mcp_celery.workflows import FailurePolicy
 
 if TYPE_CHECKING:
     from celery import Task

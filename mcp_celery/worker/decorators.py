@@ -7,6 +7,7 @@ import time), registers it on the app, and routes the Celery task's body through
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -14,17 +15,17 @@ from typing import Any, Literal, TypeVar, overload
 
 import pydantic
 import pydantic_core
-from celery import Celery, Task, signals
+from celery import Celery, Task
 
-from mcp_celery.canvas import PARENT_HEADER
+from mcp_celery.core.canvas import PARENT_HEADER
+from mcp_celery.core.task_options import tool_defined
+from mcp_celery.core.tools import AskFirst, ToolSpec, build_input_model, registry
+from mcp_celery.core.workflows import WorkflowSummary
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TaskMode
-from mcp_celery.task_options import tool_defined
-from mcp_celery.tools import AskFirst, ToolSpec, build_input_model, registry
 from mcp_celery.worker.context import JobContext, current_context
 from mcp_celery.worker.execution import MAX_RERUNS_ATTRIBUTE, WRAPPED, is_tool_task, run_job
 from mcp_celery.worker.parking import PARK_AFTER_ATTRIBUTE, check_park_after
-from mcp_celery.workflows import WorkflowSummary
 
 __all__ = ["expose", "tool"]
 
@@ -107,7 +108,8 @@ def tool(
             the task's statusMessage while it runs, from its members (`MemberStatus` each; None or
             "" for the default `3/8 done, 2 running`).
         **task_options: passed to `app.task` (e.g. `queue`, `time_limit`); `celery_name=` sets the
-            Celery task name (default: `module.function`, as Celery names it). `track_started`
+            Celery task name (default: `module.function`, as Celery names it). A name that is not
+            Celery's but close to one of the keywords above (`inlines_s=`) is refused as a typo. `track_started`
             defaults to False: the task record shows the job running, and Celery's own STARTED
             write would cost every job a round trip.
 
@@ -118,10 +120,11 @@ def tool(
     short one).
 
     Raises:
-        ToolDefinitionError: the signature cannot become an MCP input schema, or (on an app
-            `configure_app` has configured) an at-least-once tool's hard time limit is not below a
-            Redis broker's visibility timeout.
+        ToolDefinitionError: the signature cannot become an MCP input schema, a keyword is a
+            misspelling of one of ours, or (on an app `configure_app` has configured) an
+            at-least-once tool's hard time limit is not below a Redis broker's visibility timeout.
     """
+    refuse_misspelled("tool", task_options, _TOOL_KEYWORDS)
 
     def decorate(func: F) -> F:
         tool_name = name or func.__name__
@@ -177,7 +180,7 @@ def _job_task(
     body.__name__, body.__qualname__, body.__module__ = func.__name__, func.__qualname__, func.__module__
     body.__doc__ = func.__doc__
     # The time limits (a soft one a minute before the hard one) are settled from the app's configuration
-    # once the tool is registered, and again whenever it may have changed (mcp_celery.task_options).
+    # once the tool is registered, and again whenever it may have changed (mcp_celery.core.task_options).
     # Not shared: Celery would otherwise add the tool to every app finalized later (a name clash
     # when two apps define the same tool, as the demo jobs do on `jobs` and on their own app).
     task_options.setdefault("shared", False)
@@ -196,6 +199,7 @@ def expose(
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
     park_after_s: ParkAfter = "setting",
+    **unknown: Any,
 ) -> Task[Any, Any]:
     """Expose an existing Celery task as an MCP tool, its code unchanged.
 
@@ -207,8 +211,12 @@ def expose(
     of the Celery task's name (`proj.tasks.add` is `add`) unless `name=` is given.
 
     Raises:
-        ToolDefinitionError: as for `tool`.
+        ToolDefinitionError: as for `tool` (a keyword close to one of `expose`'s is named as a typo).
+        TypeError: any other keyword `expose` does not take.
     """
+    refuse_misspelled("expose", unknown, _EXPOSE_KEYWORDS)
+    if unknown:
+        raise TypeError(f"expose() got an unexpected keyword argument {next(iter(unknown))!r}")
     tool_name = name or celery_task.name.rsplit(".", 1)[-1]
     if retry_on_worker_loss:
         options: dict[str, Any] = {}
@@ -234,6 +242,49 @@ def expose(
     return celery_task
 
 
+def refuse_misspelled(decorator: str, given: dict[str, Any], ours: frozenset[str]) -> None:
+    """Refuse a keyword that is not Celery's but close to one of `ours`: a typo Celery would keep silently.
+
+    Raises:
+        ToolDefinitionError: naming the keyword meant.
+    """
+    for option in given:
+        if option in ours or option in _CELERY_OPTIONS:
+            continue
+        meant = difflib.get_close_matches(option, sorted(ours), n=1, cutoff=0.8)
+        if meant:
+            raise ToolDefinitionError(f"{decorator}(): unknown option {option!r}; did you mean {meant[0]!r}?")
+
+
+def _keywords(function: Callable[..., Any]) -> frozenset[str]:
+    parameters = inspect.signature(function).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+#: The keywords of `tool` and `expose`, against which a misspelt one is told.
+_TOOL_KEYWORDS = _keywords(tool) | {"celery_name"}
+_EXPOSE_KEYWORDS = _keywords(expose)
+#: Celery's own task options, passed through whatever they look like (`retry_on_worker_lost` is Celery's).
+_CELERY_OPTIONS = frozenset(name for name in dir(Task) if not name.startswith("_")) | {
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "base",
+    "bind",
+    "shared",
+    "lazy",
+    "typing",
+    "autoretry_for",
+    "dont_autoretry_for",
+    "retry_kwargs",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retry_jitter",
+    "pydantic",
+}
+
+
 def _set_park_after(celery_task: Task[Any, Any], tool_name: str, park_after_s: ParkAfter) -> None:
     """Give the tool's job its own park window (`mcp_celery.worker.parking`); "setting": the setting's."""
     if park_after_s != "setting":
@@ -244,7 +295,7 @@ def _deliver_at_least_once(tool_name: str, task_options: dict[str, Any], reruns:
     """Late ack and reject on worker loss: the broker keeps the message until the job ends.
 
     The hard time limit such a tool needs below a Redis broker's visibility timeout is checked
-    with the app's configuration (`mcp_celery.task_options.check_delivery`).
+    with the app's configuration (`mcp_celery.core.task_options.check_delivery`).
 
     Raises:
         ToolDefinitionError: acks_late or reject_on_worker_lost turned off, or a count below 1.
@@ -295,8 +346,7 @@ def _watch_from_the_ack(tool_name: str, celery_task: Task[Any, Any]) -> None:
 _MEMBER_WRAPPED = "_mcp_celery_member"
 
 
-@signals.worker_init.connect(weak=False)
-def _follow_members_at_worker_start(sender: Any = None, **_: Any) -> None:
+def follow_members_at_worker_start(sender: Any = None, **_: Any) -> None:
     """In a worker of an app with MCP tools: any of its tasks may be a workflow member (`run_workflow`)."""
     app = getattr(sender, "app", None)
     if isinstance(app, Celery) and registry(app):

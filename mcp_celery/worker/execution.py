@@ -19,14 +19,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from celery import Task, signals
+from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 from redis.exceptions import RedisError
 
 from mcp_celery import logs, tracing
+from mcp_celery.core.status import ended_entry
 from mcp_celery.errors import ProtocolError, TaskCancelled
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
-from mcp_celery.status import ended_entry
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Lifetimes, TaskRecord
 from mcp_celery.store.sync import SyncStore
@@ -301,8 +301,7 @@ def _store_outside_the_job(task: Any, task_id: str | None, ended: dict[str, Any]
     logger.info("task %s: job ended outside its run, %s (%s)", task_id, entry.status, ended["status"], extra=fields)
 
 
-@signals.task_failure.connect(weak=False)
-def _failed_outside_the_job(
+def failed_outside_the_job(
     sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
 ) -> None:
     """A pool process lost, a hard time limit, a rejected message: the job could not store its outcome."""
@@ -311,8 +310,7 @@ def _failed_outside_the_job(
     _store_outside_the_job(sender, task_id, outcome.failed(exception))
 
 
-@signals.task_revoked.connect(weak=False)
-def _revoked_outside_the_job(
+def revoked_outside_the_job(
     sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False, **_: Any
 ) -> None:
     """A revoke that ended the job from outside: the message was dropped, or the process terminated.

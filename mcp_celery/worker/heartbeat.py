@@ -13,7 +13,7 @@ at-most-once job's message as soon as a pool process takes it (Celery's early ac
 beats only once it has started. `TakenBeat`, in the main process, covers it: the worker marks the
 task `taken` just before that ack (with a Redis broker, a moment after it unless the job started)
 and beats the mark until the job starts (its heartbeat counts then) or ends; a worker that dies in
-between leaves the mark to run out, and servers end the task `failed` (`mcp_celery.status`).
+between leaves the mark to run out, and servers end the task `failed` (`mcp_celery.core.status`).
 
 The job's start reaches its task's listeners from here too, a moment late (`ANNOUNCE_AFTER_S`):
 JOB_START has shown the job running in its record already (`tasks/get` reads it at once), and a job

@@ -12,13 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import signals
-
 from mcp_celery.logs import JsonFormatter
-from mcp_celery.settings import Settings
+from mcp_celery.worker.config import worker_settings
 from mcp_celery.worker.context import current_context
 
-__all__ = ["JobFields"]
+__all__ = ["JobFields", "json_lines"]
 
 #: What Celery's success line (celery.app.trace LOG_SUCCESS) shows instead of the return value.
 NOT_LOGGED = "(not logged)"
@@ -40,10 +38,9 @@ class JobFields(logging.Filter):
         return True
 
 
-@signals.after_setup_logger.connect(weak=False)
-@signals.after_setup_task_logger.connect(weak=False)
-def _json_lines(logger: logging.Logger | None = None, **_: Any) -> None:
-    if logger is None or Settings().log_format != "json":
+def json_lines(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Celery's `after_setup_(task_)logger`: with MCP_CELERY_LOG_FORMAT=json, JSON lines with the job's fields."""
+    if logger is None or worker_settings().log_format != "json":
         return
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())

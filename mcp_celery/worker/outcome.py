@@ -2,7 +2,7 @@
 
 Worker tier. The record holds `{"status": "SUCCESS" | "FAILURE" | "REVOKED", "result": ...,
 "traceback": ..., "date_done": ...}` as Celery's JSON result meta would, exceptions as
-`{"exc_type": ..., "exc_message": [args]}`, so that `mcp_celery.status` maps one shape whatever
+`{"exc_type": ..., "exc_message": [args]}`, so that `mcp_celery.core.status` maps one shape whatever
 Celery's own result backend is (or whether there is one).
 """
 

@@ -23,28 +23,19 @@ import threading
 import weakref
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery
 from celery.worker import state
 from redis.exceptions import RedisError
 
+from mcp_celery.core.task_options import configured
 from mcp_celery.worker.config import worker_binding
 
-__all__ = ["SHUT_DOWN_BEFORE_DONE", "install_shutdown_grace"]
+__all__ = ["GRACE", "SHUT_DOWN_BEFORE_DONE", "ShutdownGrace"]
 
 #: Why a job stopped by a worker's shutdown ended `failed`.
 SHUT_DOWN_BEFORE_DONE = "the worker shut down before the job finished"
 
 logger = logging.getLogger(__name__)
-
-_INSTALLED: weakref.WeakKeyDictionary[Celery, ShutdownGrace] = weakref.WeakKeyDictionary()
-
-
-def install_shutdown_grace(app: Celery) -> None:
-    """Give `app`'s workers the shutdown grace period (once per app)."""
-    if app not in _INSTALLED:
-        grace = _INSTALLED[app] = ShutdownGrace(app)
-        signals.worker_init.connect(grace.on_worker_init, weak=False)
-        signals.worker_shutting_down.connect(grace.on_shutting_down, weak=False)
 
 
 def running_task_ids() -> list[str]:
@@ -57,25 +48,27 @@ def running_task_ids() -> list[str]:
 
 
 class ShutdownGrace:
-    """The shutdown timer of the worker (if any) that runs this app in this process."""
+    """The shutdown timer of the worker (if any) in this process that runs an app `configure_app` configured."""
 
-    def __init__(self, app: Celery) -> None:
-        self._app = weakref.ref(app)
-        self._ours = False
+    def __init__(self) -> None:
+        self._app: weakref.ref[Celery] | None = None
         self._started = False
 
     def on_worker_init(self, sender: Any = None, **_: Any) -> None:
-        self._ours = getattr(sender, "app", None) is self._app()
+        """Celery's `worker_init`: the worker's app is ours if `configure_app` configured it."""
+        app = getattr(sender, "app", None)
+        self._app = weakref.ref(app) if isinstance(app, Celery) and configured(app) else None
 
     def on_shutting_down(self, sig: str = "", how: str = "", **_: Any) -> None:
+        """Celery's `worker_shutting_down`: note why in the running tasks, and start the grace timer."""
         # Called inside Celery's signal handler: do the Redis work on a thread, not here.
-        if not self._ours or self._started:
+        if self._app is None or self._started:
             return
         self._started = True
         threading.Thread(target=self._run, args=(how,), name="mcp-celery-shutdown", daemon=True).start()
 
     def _run(self, how: str) -> None:
-        app = self._app()
+        app = None if self._app is None else self._app()
         if app is None:
             return
         worker = worker_binding(app)
@@ -94,3 +87,7 @@ class ShutdownGrace:
         if left:
             logger.warning("shutdown grace period of %g s over; stopping %d job(s): %s", grace, len(left), left)
             os.kill(os.getpid(), signal.SIGQUIT)  # Celery's cold shutdown terminates the running jobs
+
+
+#: The process's one shutdown timer (a process runs at most one worker), connected by `mcp_celery.worker.signals`.
+GRACE = ShutdownGrace()

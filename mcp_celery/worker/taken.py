@@ -6,7 +6,7 @@ it starts (JOB_START). A worker that dies in between leaves no message in the br
 heartbeat to run out; with RabbitMQ nothing would ever tell. So, just before Celery acks, the
 main process marks the task `taken` (a deadline, and the task in the `live` set) and beats the
 mark (`TakenBeat`) until the job starts or ends. If the whole worker dies first, the mark runs
-out and servers end the task `failed` (`mcp_celery.status`), with any broker. With a Redis
+out and servers end the task `failed` (`mcp_celery.core.status`), with any broker. With a Redis
 broker, whose queues servers look into, the mark is written only if the job has not started a
 moment later (`TakenBeat.mark_soon`): most jobs start sooner, and cost no command for it.
 

@@ -8,7 +8,7 @@ the members run, on any worker. Each member runs through `run_job` like a tool (
 questions, outcome); its events go to the MCP task's channel, so listeners of that task hear them.
 
 When a member ends, `after_member` reads the workflow and its members and takes the step that
-`mcp_celery.workflows.aggregate` calls for: freeze the task's end, cancel the other members, or
+`mcp_celery.core.workflows.aggregate` calls for: freeze the task's end, cancel the other members, or
 launch the merge step (whoever claims it first: a server that reads the task does the same).
 Members are ordinary Celery tasks (their own queues, retries, rate limits); Celery records the MCP
 task's Celery task as their parent (`parent_id`, `root_id`), so Flower shows them as its children.
@@ -24,14 +24,14 @@ from typing import Any
 from celery import Celery, Signature, chain, chord, group
 from celery.canvas import _chain  # what a chain is an instance of (`chain(...)` builds one)
 
-from mcp_celery.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge, redelivered_on_loss
+from mcp_celery.core.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge
+from mcp_celery.core.status import CANCELLED_BEFORE_START, TaskView, task_view
+from mcp_celery.core.tools import redelivered_on_loss, registry
+from mcp_celery.core.workflows import FailurePolicy, Member, Workflow, WorkflowKind, aggregate
 from mcp_celery.errors import TaskCancelled
 from mcp_celery.protocol import now_ms
-from mcp_celery.status import CANCELLED_BEFORE_START, TaskView, task_view
 from mcp_celery.store.schema import TaskRecord, member_id
 from mcp_celery.store.sync import SyncStore
-from mcp_celery.tools import registry
-from mcp_celery.workflows import FailurePolicy, Member, Workflow, WorkflowKind, aggregate
 
 __all__ = ["FAILED_HEADER", "PARENT_HEADER", "WorkflowStarted", "after_member", "start"]
 
@@ -143,7 +143,7 @@ def after_member(app: Celery, store: SyncStore, parent_id: str, *, grace_ms: int
     """A member has ended: take the step the workflow calls for now (see `aggregate`).
 
     `check_after_s` (None: the broker cannot be looked into): how long after a merge step or a chain's
-    next step is sent its message is looked for if no job has started (`mcp_celery.server.reaper`);
+    next step is sent its message is looked for if no job has started (`mcp_celery.server.engine.reaper`);
     each is watched before it is sent, so that a worker lost in between leaves it watched too.
     """
     (parent,) = store.read_records([parent_id])
@@ -153,7 +153,7 @@ def after_member(app: Celery, store: SyncStore, parent_id: str, *, grace_ms: int
     records = store.read_records([m.id for m in workflow.everyone])
 
     def again(name: str) -> bool:
-        return redelivered_on_loss(app, name)
+        return redelivered_on_loss(app.tasks.get(name))
 
     now = now_ms()
     views = {

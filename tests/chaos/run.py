@@ -21,8 +21,8 @@ from typing import Any
 
 import redis
 
-from mcp_celery._jsonrpc import RawHttpClient
 from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities
+from mcp_celery.testing.jsonrpc import RawHttpClient
 from tests.chaos.cluster import Cluster
 from tests.chaos.jobs import ONCE_KEY, RUNS_KEY
 

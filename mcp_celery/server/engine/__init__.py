@@ -1,0 +1,12 @@
+"""The task engine: every surface reaches a task through here; no MCP wire shapes.
+
+    service.py    TaskService: create, find (the owner check), view, answer, cancel; the server's lifespan
+    workflow.py   a task handed over to a workflow: its view from its members', answers routed to them
+    reaper.py     the sweeps over overdue tasks: lost jobs, lost messages, parked questions timed out
+    events.py     the process's one Redis listener: which watched tasks changed
+    publish.py    queueing a job: Celery's own message, written in the record's round trip on a Redis broker
+    broker.py     what a server sees of a Redis broker: where a task's message is, putting a lost one back
+
+The reaper and the workflow read through narrow protocols (`reaper.TaskReader`, `workflow.Members`)
+that the service fulfils, so neither imports the service. Below the surfaces (`tasks/`, `plain/`).
+"""

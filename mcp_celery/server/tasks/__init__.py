@@ -1,0 +1,7 @@
+"""The SEP-2663 tasks surface: the extension's methods over the task engine; shapes only.
+
+creation.py   `tools/call`: arguments, the task mode, `ask_first`, then a task or a plain call
+handlers.py   `tasks/get`, `tasks/update`, `tasks/cancel`
+listen.py     `subscriptions/listen`: `notifications/tasks` pushed to the client
+envelope.py   what a request's envelope says: declared capabilities, Mcp-Name, the caller
+"""

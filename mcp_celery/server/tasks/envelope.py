@@ -1,0 +1,115 @@
+"""What a request's envelope says: declared capabilities, the Mcp-Name header, the caller.
+
+Server tier. Also the one place the protocol errors every handler may raise are built: the
+-32021 of a request that does not declare what it needs, and the -32602 of a task that is
+unknown, expired or someone else's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import decode_header_value
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcp_celery.protocol import (
+    CAPABILITY_FOR_METHOD,
+    CLIENT_CAPABILITIES_META,
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    MISSING_CAPABILITY_MESSAGE,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    TASK_NOT_FOUND_MESSAGE,
+    TASKS_EXTENSION,
+    missing_capability_data,
+)
+from mcp_celery.server.edge.auth import request_principal
+
+__all__ = [
+    "NAME_MISMATCH_MESSAGE",
+    "RequestContext",
+    "check_task_name",
+    "client_capabilities",
+    "input_responses",
+    "missing_capability",
+    "principal",
+    "require_tasks_extension",
+    "task_not_found",
+    "tasks_declared",
+]
+
+RequestContext = ServerRequestContext[Any, Any]
+
+#: The -32020 message of a tasks/* request whose Mcp-Name header names another task.
+NAME_MISMATCH_MESSAGE = "Mcp-Name header does not match params.taskId"
+
+
+def tasks_declared(ctx: RequestContext) -> bool:
+    """Whether *this* request declares the tasks extension (never inferred from earlier ones)."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False  # clients of the initialize era get the synchronous behaviour
+    extensions = client_capabilities(ctx).get("extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
+def require_tasks_extension(ctx: RequestContext) -> None:
+    """Raises the -32021 error unless the request declares the tasks extension."""
+    if not tasks_declared(ctx):
+        raise missing_capability()
+
+
+def client_capabilities(ctx: RequestContext) -> dict[str, Any]:
+    """The client capabilities of this request (2026-07-28 `_meta`), or of the session (initialize era)."""
+    meta = ctx.meta or {}
+    raw = meta.get(CLIENT_CAPABILITIES_META)  # type: ignore[misc]
+    if isinstance(raw, dict):
+        return raw
+    caps = ctx.session.client_capabilities
+    return {} if caps is None else caps.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def input_responses(params: Any) -> dict[str, Any]:
+    """The request's `inputResponses` (MRTR answers) as plain JSON values, by key."""
+    return {
+        key: value.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if isinstance(value, pydantic.BaseModel)
+        else value
+        for key, value in (getattr(params, "input_responses", None) or {}).items()
+    }
+
+
+def check_task_name(ctx: RequestContext, task_id: str) -> None:
+    """A tasks/* request's Mcp-Name header, when present, must name its task (-32020 otherwise)."""
+    headers = getattr(ctx.request, "headers", None)
+    if headers is None:
+        return
+    name = headers.get("mcp-name")
+    if name is not None and decode_header_value(name) != task_id:
+        raise MCPError(HEADER_MISMATCH, NAME_MISMATCH_MESSAGE)
+
+
+def principal(ctx: RequestContext) -> str:
+    """Who owns tasks created by this request: the verified token's principal over HTTP ("" with no
+    authentication configured), the local user over stdio (which has no HTTP request)."""
+    return request_principal(over_http=ctx.request is not None)
+
+
+def missing_capability(request: Mapping[str, Any] | None = None, reason: str | None = None) -> MCPError:
+    """The -32021 error: for the tasks extension, or for the capability an input `request` needs."""
+    if request is None:
+        return MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, MISSING_CAPABILITY_MESSAGE, missing_capability_data())
+    capability = CAPABILITY_FOR_METHOD.get(str(request.get("method")), "roots")
+    return MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        reason or MISSING_CAPABILITY_MESSAGE,
+        missing_capability_data({capability: {}}),
+    )
+
+
+def task_not_found() -> MCPError:
+    """Unknown, expired and foreign tasks get this one error, so existence never leaks."""
+    return MCPError(INVALID_PARAMS, TASK_NOT_FOUND_MESSAGE)
