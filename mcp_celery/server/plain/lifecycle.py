@@ -13,13 +13,13 @@ task completed, the job's own content blocks, so the model reads the real result
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import pydantic
 from mcp import types
 
-from mcp_celery.protocol import TERMINAL_STATUSES, tool_error_result
+from mcp_celery.protocol import TERMINAL_STATUSES, TaskStatus, tool_error_result
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine.service import Found, TaskService
 from mcp_celery.server.plain import wording
@@ -57,7 +57,7 @@ TOOLS: tuple[dict[str, Any], ...] = (
             "description": "The task, as the MCP Tasks extension's tasks/get returns it.",
             "properties": {
                 "taskId": {"type": "string"},
-                "status": {"type": "string", "enum": ["working", "input_required", "completed", "failed", "cancelled"]},
+                "status": {"type": "string", "enum": list(get_args(TaskStatus))},
                 "statusMessage": {"type": "string"},
                 "inputRequests": {"type": "object"},
                 "result": {"type": "object"},
