@@ -218,7 +218,8 @@ def test_a_cancelled_parked_job_ends_at_once_and_never_runs_again(client: HttpCl
     assert wait_status(client, after, {"completed", "failed", "cancelled"})["status"] == "completed"
     assert counted(run, "before") == 1 and client.get(task_id)["status"] == "cancelled"
     assert not indexed(task_id)  # top and the metrics count it no more
-    assert AsyncResult(task_id, app=parking_jobs.app).state == "REVOKED"  # Celery's own view, as Flower's
+    # Celery's own view (and Flower's, from the event), shown by the server in the background.
+    wait_for(lambda: AsyncResult(task_id, app=parking_jobs.app).state == "REVOKED", 10, 0.05, "Celery's REVOKED")
 
 
 def test_a_parked_question_that_times_out_ends_the_task_failed_naming_the_setting(

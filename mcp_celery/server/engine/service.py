@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -428,7 +429,11 @@ class TaskService:
         # it anyway, whichever worker gets it); a running job learns of the cancel from the flag.
         await anyio.to_thread.run_sync(lambda: self.binding.app.control.revoke(task_id))
         if parked and outcome == "unstarted":  # no worker runs it to say so: Celery's backend and Flower hear it here
-            await anyio.to_thread.run_sync(lambda: _show_revoked(self.binding.app, task_id, message))
+            show = partial(anyio.to_thread.run_sync, lambda: _show_revoked(self.binding.app, task_id, message))
+            if self._tg is not None:
+                self._tg.start_soon(show)  # the task reads cancelled already: no wait for Celery's view
+            else:
+                await show()
         if outcome == "started" and self._tg is not None and spec is not None and spec.terminate_on_cancel:
             self._tg.start_soon(self._terminate_after_grace, task_id)
 
