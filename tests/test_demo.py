@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support import ROOT, free_port, session_redis
 
 
+@pytest.mark.venv
 def test_the_demo_starts_an_embedded_redis_and_walks_through_every_feature() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_")}
     env["MCP_CELERY_DEMO_REDIS"] = f"redis://127.0.0.1:{free_port()}"  # nothing listens there
@@ -50,6 +53,7 @@ def venv_seeing_this_interpreters_packages(venv: Path) -> Path:
     return python
 
 
+@pytest.mark.venv
 def test_the_demo_runs_from_a_plain_install_outside_the_checkout(tmp_path: Path) -> None:
     """A wheel of the package, installed into a fresh virtualenv, runs the demo from another folder."""
     wheels = tmp_path / "wheels"

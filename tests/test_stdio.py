@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.support import TERMINAL, StdioClient, caps
 
 
@@ -17,6 +19,7 @@ def wait_terminal(stdio: StdioClient, task_id: str, timeout: float = 15) -> dict
         time.sleep(0.05)
 
 
+@pytest.mark.broker
 def test_stdio_serves_tasks_to_declaring_clients(stdio: StdioClient) -> None:
     discover = stdio.request("server/discover", capabilities={})["result"]
     assert "io.modelcontextprotocol/tasks" in discover["capabilities"]["extensions"]
@@ -30,6 +33,7 @@ def test_stdio_serves_tasks_to_declaring_clients(stdio: StdioClient) -> None:
     }
 
 
+@pytest.mark.broker
 def test_stdio_cancel_and_sync_and_gating(stdio: StdioClient) -> None:
     created = stdio.request("tools/call", {"name": "checkpoint_loop", "arguments": {"seconds": 30}})["result"]
     assert stdio.request("tasks/cancel", {"taskId": created["taskId"]})["result"]["resultType"] == "complete"
