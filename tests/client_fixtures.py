@@ -6,13 +6,15 @@
 `fastmcp_url`: tests/fastmcp_server.py (FastMCP 4.1.4 + fastmcp-tasks 4.1.4) in bench/.venv-fastmcp.
 
 The virtualenv is created when missing (about 30 s from a warm package cache; its packages exclude this
-project's redis-py, so it cannot share our environment). The tests skip, saying why, only when creating
+project's redis-py, so it cannot share our environment), by one session while any other waits, or ahead
+by `python -m tests.client_fixtures` (as CI does). The tests skip, saying why, only when creating
 it fails, and fail instead where MCP_CELERY_TEST_REQUIRE names `fastmcp` (as CI does). Docket keeps its
 state in database 14 of the test Redis.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -33,15 +35,21 @@ LISTEN_SERVER_LOG = "listen-server.log"
 
 
 def _ensure_venv() -> str | None:
-    """None when the venv is ready, else why it could not be made."""
-    if PYTHON.exists():
-        return None
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True, timeout=120)
-        pip = [str(VENV / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
-        subprocess.run(pip, check=True, capture_output=True, timeout=600)
-    except (subprocess.SubprocessError, OSError) as exc:
-        return f"could not create {VENV} with {' '.join(PACKAGES)}: {exc}"
+    """None when the venv is ready, else why it could not be made.
+
+    Sessions running side by side (pytest-xdist's workers) take turns: one makes it, the others wait.
+    """
+    VENV.mkdir(parents=True, exist_ok=True)
+    with (VENV / ".making").open("w") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        if PYTHON.exists():
+            return None
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True, timeout=120)
+            pip = [str(VENV / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
+            subprocess.run(pip, check=True, capture_output=True, timeout=600)
+        except (subprocess.SubprocessError, OSError) as exc:
+            return f"could not create {VENV} with {' '.join(PACKAGES)}: {exc}"
     return None if PYTHON.exists() else f"{PYTHON} missing after the install"
 
 
@@ -76,3 +84,7 @@ def _answers(url: str, server: Process) -> bool:
         return httpx.post(url, json={}, timeout=1).status_code < 500
     except httpx.TransportError:
         return False
+
+
+if __name__ == "__main__":  # `python -m tests.client_fixtures`: make the FastMCP virtualenv ahead (.ci/run)
+    sys.exit(_ensure_venv())

@@ -12,14 +12,24 @@ the end-to-end files, Celery's broker and results staying where they are, and co
 user with only the README's ACL rule (`mcp_celery.store.acl`): `acl` on database 13; `cluster` on
 a 3-primary Redis Cluster the session starts (the cluster's rule), with the jobs' markers, so that
 tests read both, as an administrator, through one client (`store_redis`).
+
+Under pytest-xdist (`-n N`, as `.ci/run` runs the suite) each worker process is a session of its own
+with a Redis (and a cluster) of its own; the process that hands the tests out starts none it keeps
+(`pytest_configure`). A Redis named by MCP_CELERY_TEST_REDIS, or RabbitMQ as the broker, would be
+shared by the workers' sessions, which flush and purge it: with those, `-n` is refused.
+
+The variant markers (pyproject.toml) say which tests' outcome depends on the broker, Celery's result
+backend, how the store is reached, or the interpreter's environment; CI's variant passes select them
+with `-m`, and the report's header says which variant a session runs and what it selected.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +44,27 @@ from tests.log_tracebacks import tracebacks_since
 from tests.redis_topologies import start_cluster
 from tests.support import HttpClient, PersistentRedis, Process, StdioClient, free_port, start_http_server, start_worker
 
+#: The settings this module may set, as they were before it did (an xdist controller puts them back).
+_SESSION_SETTINGS = (
+    "MCP_CELERY_TEST_REDIS",
+    "TEST_BROKER_URL",
+    "TEST_RESULT_BACKEND",
+    "MCP_CELERY_REDIS_URL",
+    "TEST_MARKERS_URL",
+)
+_GIVEN = {name: os.environ.get(name) for name in _SESSION_SETTINGS}
+#: How to stop what this module started (also registered with atexit).
+_STOPS: list[Callable[[], None]] = []
+
+
+def _on_exit(stop: Callable[[], None]) -> None:
+    _STOPS.append(stop)
+    atexit.register(stop)
+
 
 def _embedded_redis() -> str:
     url, proc = start_redis(Path(tempfile.mkdtemp(prefix="mcp-celery-tests-")) / "redis.log")
-    atexit.register(proc.stop)
+    _on_exit(proc.stop)
     return url
 
 
@@ -59,7 +86,7 @@ def _separate_store(mode: str) -> tuple[str, list[str]]:
         return f"redis://{ACL_USER}:{ACL_PASSWORD}@{BASE.split('://', 1)[1]}/13", [BASE]
     if mode == "cluster":
         cluster = start_cluster(Path(tempfile.mkdtemp(prefix="mcp-celery-cluster-")))
-        atexit.register(cluster.stop)
+        _on_exit(cluster.stop)
         nodes = [f"redis://127.0.0.1:{port}" for port in cluster.ports]
         for node in nodes:
             _add_acl_user(node, cluster=True)
@@ -84,6 +111,41 @@ if STORE_URL:
     os.environ["MCP_CELERY_REDIS_URL"] = STORE_URL
 if STORE_MODE == "cluster":
     os.environ["TEST_MARKERS_URL"] = f"redis+cluster://{STORE_NODES[0].split('://', 1)[1]}"  # as an administrator
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist controller runs no test: it stops what it started and hands its workers the settings it was given."""
+    if not config.pluginmanager.has_plugin("dsession"):
+        return
+    if _GIVEN["MCP_CELERY_TEST_REDIS"]:
+        raise pytest.UsageError("MCP_CELERY_TEST_REDIS names one Redis, which -n's sessions would share: drop -n")
+    if os.environ["TEST_BROKER_URL"].startswith("amqp"):
+        raise pytest.UsageError("-n's sessions would share RabbitMQ's queues: drop -n with a RabbitMQ broker")
+    for stop in _STOPS:
+        stop()
+    for name, value in _GIVEN.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+VARIANT_MARKERS = ("broker", "result_backend", "store", "venv")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The variant this session runs, and which variant markers the `-m` expression selects."""
+    broker = os.environ.get("TEST_BROKER_URL", "redis").split(":", 1)[0]
+    backend = os.environ.get("TEST_CELERY_BACKEND", "redis").split(":", 1)[0]
+    store = {"acl": "ACL user", "cluster": "Redis Cluster, ACL user"}.get(STORE_MODE, "the results' Redis")
+    venv = "a virtualenv" if sys.prefix != sys.base_prefix else "no virtualenv"
+    selected = config.getoption("markexpr") or "every test"
+    return (
+        f"mcp-celery variant: broker {broker}, Celery results {backend}, store {store}, {venv}; "
+        f"selected: {selected} (variant markers: {', '.join(VARIANT_MARKERS)})"
+    )
+
 
 #: Settings for the test servers and workers: short grace, sync and heartbeat periods keep tests quick.
 SERVER_ENV = {

@@ -62,6 +62,7 @@ def text(task: dict[str, Any]) -> str:
     return str(task["result"]["content"][0]["text"])
 
 
+@pytest.mark.broker
 def test_results_and_tool_errors_come_from_mcp_celery_s_record(stack: Stack) -> None:
     done = stack.client.wait(stack.client.start("double", {"n": 21}), timeout=30)
     assert done["status"] == "completed" and text(done) == "42"
@@ -70,6 +71,7 @@ def test_results_and_tool_errors_come_from_mcp_celery_s_record(stack: Stack) -> 
     assert "ValueError: nope" in text(failed)
 
 
+@pytest.mark.broker
 def test_questions_progress_and_cancel_work_whatever_the_backend(stack: Stack) -> None:
     client = stack.client
     task_id = client.start("confirm", elicitation={})
@@ -90,6 +92,7 @@ def test_questions_progress_and_cancel_work_whatever_the_backend(stack: Stack) -
     assert cancelled["status"] == "cancelled" and "grace" not in cancelled.get("statusMessage", ""), cancelled
 
 
+@pytest.mark.broker
 def test_ordinary_celery_callers_of_an_exposed_task_still_get_results_the_celery_way(stack: Stack) -> None:
     assert text(stack.client.wait(stack.client.start("add", {"x": 2, "y": 3}), timeout=30)) == "5"
     caller = stack.celery_caller()

@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests import sample_jobs
@@ -28,6 +29,7 @@ def celery_state(store: redis.Redis, task_id: str) -> dict[str, object]:
     return dict(sample_jobs.app.backend.get_task_meta(task_id, cache=False))
 
 
+@pytest.mark.result_backend
 def test_cancel_acks_empty_and_a_running_job_ends_cancelled_at_its_next_checkpoint(
     patient_client: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -53,6 +55,8 @@ def test_cancelling_a_terminal_task_is_an_idempotent_ack_that_changes_nothing(cl
     assert after["status"] == "completed" and after["result"] == before["result"]
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
 def test_a_task_cancelled_before_it_starts_never_runs_its_body(
     client: HttpClient, store_redis: redis.Redis, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -70,6 +74,7 @@ def test_a_task_cancelled_before_it_starts_never_runs_its_body(
     assert client.get(task_id)["status"] == "cancelled"
 
 
+@pytest.mark.result_backend
 def test_a_job_without_checkpoints_is_reported_cancelled_after_the_grace_and_its_result_discarded(
     client: HttpClient, store_redis: redis.Redis, env: dict[str, str]
 ) -> None:
@@ -105,6 +110,8 @@ def test_a_job_without_checkpoints_is_reported_cancelled_after_the_grace_and_its
     assert late["status"] == "cancelled" and "result" not in late
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
 def test_a_tool_that_opts_in_is_terminated_when_it_ignores_the_cancel(
     client: HttpClient, store_redis: redis.Redis, worker: Process
 ) -> None:

@@ -49,6 +49,8 @@ def hold_the_slots(client: HttpClient, store_redis: redis.Redis) -> tuple[str, l
     return release, ids
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
 def test_fifty_jobs_behind_busy_slots_half_cancelled_at_random_those_end_at_once_and_never_run(
     client: HttpClient, store_redis: redis.Redis, backlog_worker: Process
 ) -> None:
@@ -85,6 +87,8 @@ def test_fifty_jobs_behind_busy_slots_half_cancelled_at_random_those_end_at_once
         assert client.get(queued[i])["status"] == "cancelled"
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
 def test_a_job_taken_by_a_worker_and_not_yet_begun_is_cancelled_at_once_and_never_runs(
     client: HttpClient, store_redis: redis.Redis, tmp_path: Path
 ) -> None:
@@ -102,6 +106,8 @@ def test_a_job_taken_by_a_worker_and_not_yet_begun_is_cancelled_at_once_and_neve
     assert client.get(task_id)["status"] == "cancelled"
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
 def test_a_terminable_tool_cancelled_before_it_starts_never_terminates_a_process(
     client: HttpClient, store_redis: redis.Redis, backlog_worker: Process, env: dict[str, str], logs: Path
 ) -> None:
@@ -129,6 +135,7 @@ def test_a_terminable_tool_cancelled_before_it_starts_never_terminates_a_process
     assert f"task {task_id} did not stop within the grace period" not in (logs / "http-server.log").read_text()
 
 
+@pytest.mark.broker
 def test_a_tool_with_its_own_request_class_is_watched_from_the_ack_too(
     client: HttpClient, store_redis: redis.Redis, tmp_path: Path
 ) -> None:

@@ -277,6 +277,7 @@ def test_questions_asked_before_the_task_exists_are_answered_first(
     assert journal.entries()[0].arguments == {"bucket": "b", "count": 3}
 
 
+@pytest.mark.venv
 def test_the_library_against_fastmcp_with_fastmcp_tasks(fastmcp_url: str, journal: Journal) -> None:  # noqa: F811
     target = ServerTarget(url=fastmcp_url)
     extension = TasksExtension(journal=journal, target=target)

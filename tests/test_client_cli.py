@@ -179,6 +179,7 @@ def test_tasks_cancel_of_a_finished_task_says_it_changed_nothing(server: list[st
     assert code == EXIT_OK and json.loads(out)["status"] == "completed"
 
 
+@pytest.mark.venv
 def test_call_against_fastmcp_with_fastmcp_tasks(
     fastmcp_url: str,  # noqa: F811
     cli_env: dict[str, str],

@@ -30,6 +30,7 @@ def key_counts(client: redis.Redis) -> dict[str, int]:
     return {db: int(info["keys"]) for db, info in client.info("keyspace").items()}
 
 
+@pytest.mark.venv
 def test_the_demo_runs_on_a_private_redis_and_leaves_a_redis_it_could_have_found_untouched(
     throwaway_redis: str,
 ) -> None:
@@ -99,6 +100,7 @@ def venv_seeing_this_interpreters_packages(venv: Path) -> Path:
     return python
 
 
+@pytest.mark.venv
 def test_the_demo_runs_from_a_plain_install_outside_the_checkout(tmp_path: Path) -> None:
     """A wheel of the package, installed into a fresh virtualenv, runs the demo from another folder."""
     wheels = tmp_path / "wheels"

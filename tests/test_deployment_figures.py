@@ -47,6 +47,9 @@ from tests.support import (
     wait_for,
 )
 
+#: Every test here reads the figures from the store (the ACL and Cluster passes).
+pytestmark = pytest.mark.store
+
 STORE = os.environ.get("MCP_CELERY_REDIS_URL") or os.environ["TEST_RESULT_BACKEND"]
 STREAMS = STORE_MODE != "cluster"
 BROKER = session_redis(5)  # conftest uses 12 and 13; the client tests 14, the docs 15, the demo 8 and 9, the TLS test 6

@@ -61,6 +61,7 @@ def test_the_prose_names_only_real_variables_commands_and_paths_without_running_
     assert check_prose(page) == []
 
 
+@pytest.mark.venv
 @pytest.mark.parametrize("page", SCENARIO_PAGES)
 def test_the_snippets_of_the_page_run_as_written(page: str, env: dict[str, str], tmp_path: Path) -> None:
     url = session_redis(SCENARIO_DB)

@@ -138,6 +138,8 @@ def patient_rpc(request: pytest.FixtureRequest) -> Rpc:
 # ------------------------------------------------------------------ HTTP and stdio
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_one_question_is_shown_answered_with_an_empty_ack_and_the_job_continues(rpc: Rpc) -> None:
     task_id = rpc.start("ask_one")
     task = rpc.wait_inputs(task_id)
@@ -158,6 +160,8 @@ def test_one_question_is_shown_answered_with_an_empty_ack_and_the_job_continues(
     assert text_of(rpc.wait_done(task_id)) == "published"
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_two_questions_answered_in_two_updates_stay_input_required_until_both_are_in(rpc: Rpc) -> None:
     task_id = rpc.start("ask_two")
     task = rpc.wait_inputs(task_id, count=2)  # both outstanding at once
@@ -175,6 +179,8 @@ def test_two_questions_answered_in_two_updates_stay_input_required_until_both_ar
     assert text_of(rpc.wait_done(task_id)) == "A and B"
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_an_answer_that_does_not_match_the_schema_is_acked_but_the_question_stays(rpc: Rpc) -> None:
     task_id = rpc.start("ask_one")
     task = rpc.wait_inputs(task_id)
@@ -189,6 +195,8 @@ def test_an_answer_that_does_not_match_the_schema_is_acked_but_the_question_stay
     assert text_of(rpc.wait_done(task_id)) == "published"
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_nothing(rpc: Rpc) -> None:
     task_id = rpc.start("ask_one")
     task = rpc.wait_inputs(task_id)
@@ -219,6 +227,8 @@ def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_n
     assert text_of(rpc.wait_done(task_id)) == "kept"
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_cancelling_a_task_waiting_for_input_wakes_the_job_which_ends_it_cancelled(patient_rpc: Rpc) -> None:
     rpc = patient_rpc
     task_id = rpc.start("ask_one", {"timeout": 60})
@@ -235,6 +245,8 @@ def test_cancelling_a_task_waiting_for_input_wakes_the_job_which_ends_it_cancell
     assert celery_state(task_id)[0] == "REVOKED"  # stored by the job as it stopped, before the task read cancelled
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_an_unanswered_question_times_out_into_a_tool_error_and_is_withdrawn(
     rpc: Rpc, store_redis: redis.Redis
 ) -> None:
@@ -255,6 +267,8 @@ def test_an_unanswered_question_times_out_into_a_tool_error_and_is_withdrawn(
 # ------------------------------------------------------------------ HTTP
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_input_keys_are_unique_for_the_tasks_life_and_an_answered_key_is_never_taken_again(http: Rpc) -> None:
     task_id = http.start("two_rounds", {"marker": marker()})
     first = only_key(http.wait_inputs(task_id))
@@ -273,6 +287,7 @@ def test_input_keys_are_unique_for_the_tasks_life_and_an_answered_key_is_never_t
     assert text_of(http.wait_done(task_id)) == "Ann,Bob,runs=1"  # "Zed" never reached the job
 
 
+@pytest.mark.store
 def test_a_client_without_elicitation_gets_the_input_not_supported_text_and_a_plain_one_with_it_is_asked(
     http: Rpc,
 ) -> None:
@@ -287,6 +302,8 @@ def test_a_client_without_elicitation_gets_the_input_not_supported_text_and_a_pl
     assert only_key(plain) == "elicit-1" and plain["requestState"].startswith("mcp-celery.1."), plain
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_sampling_and_roots_requests_are_asked_in_turn_and_their_answers_reach_the_job(http: Rpc) -> None:
     task_id = http.start("ask_sample_and_roots", capabilities=caps(sampling={}, roots={}))
     sample_task = http.wait_inputs(task_id)
@@ -312,6 +329,9 @@ def test_sampling_and_roots_requests_are_asked_in_turn_and_their_answers_reach_t
     assert "hi" in text and "file:///tmp" in text, text
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_a_redelivered_job_replays_the_answers_already_given_instead_of_asking_again(
     http: Rpc, store_redis: redis.Redis, worker: Process
 ) -> None:
@@ -418,6 +438,7 @@ def test_mrtr_questions_are_settled_on_tools_call_before_the_task_is_created(htt
     assert "elicitation" in no_elicitation["error"]["data"]["requiredCapabilities"], no_elicitation
 
 
+@pytest.mark.broker
 def test_flower_sees_a_task_input_required_event_for_a_waiting_job(http: Rpc) -> None:
     app = sample_jobs.app
     subscribed = threading.Event()

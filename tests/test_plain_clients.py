@@ -174,6 +174,7 @@ def mcp1_python() -> Path:
     return python
 
 
+@pytest.mark.venv
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_an_mcp_1_x_client_on_an_initialize_era_session(transport: str, http_url: str, env: dict[str, str]) -> None:
     where = [sys.executable, str(ROOT)] if transport == "stdio" else [http_url]

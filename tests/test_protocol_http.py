@@ -43,6 +43,8 @@ def test_tools_list_has_schemas_from_signatures_and_output_schema_from_models(cl
     assert set(tools["legacy_progress"]["inputSchema"]["properties"]) == {"steps"}
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_declaring_call_returns_a_flat_create_task_result_readable_at_once(client: HttpClient) -> None:  # 9-12
     result = client.result("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
     assert result["resultType"] == "task"
@@ -56,6 +58,9 @@ def test_declaring_call_returns_a_flat_create_task_result_readable_at_once(clien
     assert got["resultType"] == "complete" and got["taskId"] == result["taskId"]
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_the_record_exists_before_the_job_is_queued_and_celery_s_backend_is_not_needed(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -68,6 +73,9 @@ def test_the_record_exists_before_the_job_is_queued_and_celery_s_backend_is_not_
     client.result("tasks/cancel", {"taskId": task_id})
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_completed_task_inlines_the_call_tool_result(client: HttpClient) -> None:  # 15, 17
     task = client.wait(client.start("echo", {"text": "hi", "times": 2}))
     assert task["status"] == "completed"
@@ -84,6 +92,8 @@ def test_structured_return_gives_structured_content(client: HttpClient) -> None:
     assert task["result"]["structuredContent"] == {"text": "Hello, Ada!", "length": 11}
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
 def test_existing_celery_task_runs_unchanged_and_reports_celery_style_progress(client: HttpClient) -> None:
     task_id = client.start("legacy_progress", {"steps": 15})
     seen = client.wait(task_id, {"working"}, 10)
@@ -95,6 +105,7 @@ def test_existing_celery_task_runs_unchanged_and_reports_celery_style_progress(c
     assert sample_jobs.add.delay(2, 3).get(timeout=10) == 5  # plain Celery callers are unaffected
 
 
+@pytest.mark.result_backend
 def test_a_raising_job_is_completed_with_is_error_and_a_useful_message(client: HttpClient) -> None:  # 17
     task = client.wait(client.start("boom", {"message": "disk full"}))
     assert task["status"] == "completed" and task["result"]["isError"] is True
@@ -102,6 +113,7 @@ def test_a_raising_job_is_completed_with_is_error_and_a_useful_message(client: H
     assert "ValueError" in text and "disk full" in text and "Traceback" not in text
 
 
+@pytest.mark.result_backend
 def test_protocol_error_is_failed_with_that_error_and_no_result(client: HttpClient) -> None:  # 17
     task = client.wait(client.start("protocol_fail"))
     assert task["status"] == "failed"
@@ -109,12 +121,14 @@ def test_protocol_error_is_failed_with_that_error_and_no_result(client: HttpClie
     assert "result" not in task and task["statusMessage"]
 
 
+@pytest.mark.result_backend
 def test_a_time_limit_is_failed_internal_error(client: HttpClient) -> None:
     task = client.wait(client.start("too_slow"), timeout=30)
     assert task["status"] == "failed" and task["error"]["code"] == -32603
     assert "time limit" in task["statusMessage"]
 
 
+@pytest.mark.result_backend
 def test_a_soft_time_limit_lets_the_job_clean_up_and_ends_failed(client: HttpClient, store_redis: redis.Redis) -> None:
     m = f"soft-{uuid.uuid4()}"
     task = client.wait(client.start("cleans_up", {"marker": m}), timeout=30)
@@ -123,12 +137,16 @@ def test_a_soft_time_limit_lets_the_job_clean_up_and_ends_failed(client: HttpCli
     assert store_redis.get(m) == b"cleaned up"
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
 def test_a_lost_worker_process_is_failed_internal_error(client: HttpClient) -> None:
     task = client.wait(client.start("die"), timeout=30)
     assert task["status"] == "failed" and task["error"]["code"] == -32603
     assert "worker" in task["statusMessage"].lower()
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_terminal_states_never_change(client: HttpClient, store_redis: redis.Redis) -> None:  # 34
     task_id = client.start("protocol_fail")
     first = client.wait(task_id)
@@ -142,6 +160,7 @@ def test_terminal_states_never_change(client: HttpClient, store_redis: redis.Red
     assert again["status"] == "failed" and again["error"] == first["error"]
 
 
+@pytest.mark.broker
 def test_non_declaring_call_runs_synchronously(client: HttpClient) -> None:  # 3
     reply = client.result("tools/call", {"name": "echo", "arguments": {"text": "sync"}}, capabilities={})
     assert reply["resultType"] == "complete" and "taskId" not in reply
@@ -201,6 +220,7 @@ def test_tasks_methods_check_the_declaration_before_the_id(client: HttpClient) -
         assert error["code"] == -32021 and error["data"] == MISSING_CAPABILITY, method
 
 
+@pytest.mark.store
 def test_unknown_task_ids_are_invalid_params(client: HttpClient) -> None:  # 18, 22, 27
     for method, extra in (("tasks/get", {}), ("tasks/update", {"inputResponses": {}}), ("tasks/cancel", {})):
         response = client.post(method, {"taskId": "no-such-task", **extra})
@@ -214,6 +234,7 @@ def test_removed_methods_are_method_not_found(client: HttpClient) -> None:  # 33
         assert response.status_code == 404 and response.json()["error"]["code"] == -32601
 
 
+@pytest.mark.store
 def test_mcp_name_must_match_the_task_id_when_present(client: HttpClient) -> None:  # 32
     task_id = client.start("echo", {"text": "x"})
     wrong = client.post("tasks/get", {"taskId": task_id}, name="someone-else")
@@ -222,6 +243,7 @@ def test_mcp_name_must_match_the_task_id_when_present(client: HttpClient) -> Non
     assert "result" in missing.json()
 
 
+@pytest.mark.store
 def test_a_finished_task_expires_after_its_ttl(client: HttpClient, store_redis: redis.Redis) -> None:  # 18, 20
     task_id = client.start("echo", {"text": "x"})
     assert client.wait(task_id)["status"] == "completed"
@@ -235,6 +257,7 @@ def test_a_finished_task_expires_after_its_ttl(client: HttpClient, store_redis: 
     assert client.call("tasks/get", {"taskId": task_id})["error"]["code"] == -32602
 
 
+@pytest.mark.store
 @pytest.mark.single_redis
 def test_tasks_get_costs_one_redis_command(client: HttpClient) -> None:
     """MONITOR sees every command that touches the task: per tasks/get, one HGETALL."""
@@ -244,6 +267,8 @@ def test_tasks_get_costs_one_redis_command(client: HttpClient) -> None:
     assert names == ["HGETALL"] * 10, names
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_a_synchronous_call_that_outlasts_the_sync_timeout_is_cancelled_with_a_tool_error(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -271,6 +296,7 @@ def test_a_synchronous_call_that_outlasts_the_sync_timeout_is_cancelled_with_a_t
         )
 
 
+@pytest.mark.store
 def test_a_running_tasks_record_lives_ttl_plus_its_tools_own_time_limit(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:

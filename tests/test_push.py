@@ -118,6 +118,7 @@ def without_clock(task: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in task.items() if k not in {"ttlMs", "_meta", "resultType"}}
 
 
+@pytest.mark.store
 @pytest.mark.single_redis
 def test_a_listen_reads_each_task_once_for_both_its_ownership_and_its_first_state(
     client: HttpClient, b: HttpClient
@@ -138,6 +139,7 @@ def test_a_listen_reads_each_task_once_for_both_its_ownership_and_its_first_stat
     assert names.count("HGETALL") == 3, names
 
 
+@pytest.mark.store
 def test_a_listener_on_another_replica_gets_every_change_from_current_state_to_terminal(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -156,6 +158,7 @@ def test_a_listener_on_another_replica_gets_every_change_from_current_state_to_t
     assert without_clock(final) == without_clock(client.get(task_id))  # exactly what tasks/get returns
 
 
+@pytest.mark.store
 def test_a_failed_task_is_pushed_with_its_error_and_a_tool_error_with_its_result(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -174,6 +177,7 @@ def test_a_failed_task_is_pushed_with_its_error_and_a_tool_error_with_its_result
         assert without_clock(last[task_id]) == without_clock(client.get(task_id))
 
 
+@pytest.mark.store
 def test_input_required_is_pushed_with_its_requests_and_the_answer_resumes_the_job(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -197,6 +201,8 @@ def test_input_required_is_pushed_with_its_requests_and_the_answer_resumes_the_j
     assert all("inputRequests" not in t for t in rest)
 
 
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_a_cancel_on_one_replica_is_pushed_by_another_as_soon_as_the_job_stops_at_a_checkpoint(
     client: HttpClient, patient: HttpClient
 ) -> None:
@@ -218,6 +224,7 @@ def test_a_cancel_on_one_replica_is_pushed_by_another_as_soon_as_the_job_stops_a
     assert pushed_after < PATIENT_GRACE_S / 2, f"pushed {pushed_after:.1f} s after the cancel: not on the job's event"
 
 
+@pytest.mark.store
 def test_a_job_that_ignores_a_cancel_is_pushed_cancelled_when_the_grace_runs_out(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -230,6 +237,8 @@ def test_a_job_that_ignores_a_cancel_is_pushed_cancelled_when_the_grace_runs_out
     assert seen[-1]["status"] == "cancelled" and "grace" in seen[-1]["statusMessage"]
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_a_task_still_queued_is_not_sent_until_it_changes_its_creation_answer_told_that_state(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -252,6 +261,7 @@ def test_a_task_still_queued_is_not_sent_until_it_changes_its_creation_answer_to
     check_notifications([first["params"], *seen], stream.request_id)
 
 
+@pytest.mark.store
 def test_task_ids_need_the_extension_and_the_core_filters_keep_working_beside_them(
     client: HttpClient, b: HttpClient
 ) -> None:
@@ -275,6 +285,7 @@ def test_task_ids_need_the_extension_and_the_core_filters_keep_working_beside_th
     core_only.close()
 
 
+@pytest.mark.store
 def test_listen_over_stdio_pushes_notifications_while_other_requests_are_served(stdio: StdioClient) -> None:
     created = stdio.request("tools/call", {"name": "checkpoint_loop", "arguments": {"seconds": 0.4}})["result"]
     task_id = created["taskId"]
@@ -310,6 +321,7 @@ def files_besides_redis(store: redis.Redis, pid: int) -> int:
     return open_fds(pid) - len(server_connections(store, pid))
 
 
+@pytest.mark.store
 @pytest.mark.single_redis
 def test_abandoned_listen_streams_release_their_subscriptions_connections_and_memory(
     replica_b: tuple[str, Process], store_redis: redis.Redis

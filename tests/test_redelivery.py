@@ -74,6 +74,7 @@ def text_of(task: dict[str, Any]) -> str:
     return str(task["result"]["content"][0]["text"])
 
 
+@pytest.mark.broker
 def test_an_at_least_once_job_whose_whole_worker_is_killed_runs_again_while_an_at_most_once_one_fails(
     client: HttpClient,
     store_redis: redis.Redis,
@@ -114,6 +115,7 @@ def test_an_at_least_once_job_whose_whole_worker_is_killed_runs_again_while_an_a
     assert task["status"] == "failed" and "worker running the job was lost" in task["statusMessage"], task
 
 
+@pytest.mark.broker
 def test_an_at_least_once_job_whose_pool_process_is_killed_runs_again(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -128,6 +130,7 @@ def test_an_at_least_once_job_whose_pool_process_is_killed_runs_again(
     assert failed["status"] == "failed" and "worker running the job was lost" in failed["statusMessage"], failed
 
 
+@pytest.mark.broker
 def test_a_job_that_kills_its_worker_every_time_ends_failed_after_its_allowed_runs(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -139,6 +142,7 @@ def test_a_job_that_kills_its_worker_every_time_ends_failed_after_its_allowed_ru
     assert store_redis.get(m) == b"3"  # the first run and the two allowed again; the fourth start refused
 
 
+@pytest.mark.broker
 def test_answers_given_before_the_worker_was_lost_are_replayed_to_the_new_run(
     client: HttpClient,
     store_redis: redis.Redis,

@@ -6,6 +6,7 @@ import signal
 import uuid
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests import sample_jobs
@@ -49,6 +50,7 @@ def test_a_server_killed_mid_task_leaves_every_task_readable_answerable_and_canc
         second.stop()
 
 
+@pytest.mark.broker
 def test_tasks_queued_while_no_worker_runs_run_after_a_restart_and_a_cancel_given_meanwhile_holds(
     env: dict[str, str], client: HttpClient, store_redis: redis.Redis, tmp_path: Path
 ) -> None:

@@ -66,6 +66,7 @@ def serving_process(port: int, processes: list[int]) -> int:
     return pid
 
 
+@pytest.mark.broker
 def test_a_task_created_on_one_process_is_served_by_any(
     two_process_server: tuple[str, Process], client: HttpClient
 ) -> None:

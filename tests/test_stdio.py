@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests import sample_jobs
 from tests.support import TERMINAL, StdioClient, caps, wait_for
 
@@ -24,6 +26,7 @@ def job_running(stdio: StdioClient, task_id: str) -> bool:
     return str(task.get("statusMessage", "")).startswith("step ")
 
 
+@pytest.mark.broker
 def test_stdio_serves_tasks_to_declaring_clients(stdio: StdioClient) -> None:
     discover = stdio.request("server/discover", capabilities={})["result"]
     assert "io.modelcontextprotocol/tasks" in discover["capabilities"]["extensions"]
@@ -37,6 +40,7 @@ def test_stdio_serves_tasks_to_declaring_clients(stdio: StdioClient) -> None:
     }
 
 
+@pytest.mark.broker
 def test_stdio_cancel_and_sync_and_gating(patient_stdio: StdioClient) -> None:
     """The cancel stops a running job: with a grace no wait here reaches (conftest.PATIENT_GRACE_S),
     only the job itself can end the task `cancelled`."""

@@ -35,6 +35,7 @@ def doomed(env: dict[str, str], worker: Process, tmp_path: Path) -> Iterator[Pro
     proc.stop()
 
 
+@pytest.mark.broker
 def test_a_job_whose_whole_worker_is_killed_ends_failed_and_listeners_hear_it(
     client: HttpClient, store_redis: redis.Redis, doomed: Process, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -69,6 +70,7 @@ def test_a_job_whose_whole_worker_is_killed_ends_failed_and_listeners_hear_it(
     assert client.get(task_id)["status"] == "failed"  # frozen: nothing changes it any more
 
 
+@pytest.mark.broker
 def test_a_worker_killed_after_taking_a_job_before_starting_it_ends_the_task_failed_and_it_never_runs(
     client: HttpClient, store_redis: redis.Redis, doomed: Process, env: dict[str, str], tmp_path: Path
 ) -> None:

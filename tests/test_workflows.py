@@ -45,6 +45,8 @@ def celery_meta(task_id: str) -> dict[str, Any]:
     return dict(sample_jobs.app.backend.get_task_meta(task_id, cache=False))
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_a_group_and_its_merge_step_run_as_one_task_whose_result_is_the_merge_steps(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -75,6 +77,8 @@ def test_a_group_and_its_merge_step_run_as_one_task_whose_result_is_the_merge_st
     assert client.get(task_id)["status"] == "completed"
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_the_first_failing_member_fails_the_workflow_and_the_others_are_cancelled(
     client: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -113,6 +117,8 @@ def test_the_failure_names_the_member_that_failed_even_once_a_member_before_it_w
     assert named == "member wf_member-1 (tests.sample_jobs.wf_member) failed: cancelled by client"
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_with_the_partial_policy_the_merge_step_gets_the_survivors_and_says_which_failed(client: HttpClient) -> None:
     task_id = client.start("sweep", {"n": 4, "fail_at": 2, "policy": "partial"})
     done = client.wait(task_id, timeout=60)
@@ -120,6 +126,8 @@ def test_with_the_partial_policy_the_merge_step_gets_the_survivors_and_says_whic
     assert done["result"]["structuredContent"] == {"sum": 0 + 1 + 9, "failed": ["wf_member-3"]}
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_a_chain_ends_with_its_last_steps_result_and_a_group_without_merge_with_every_members(
     client: HttpClient,
 ) -> None:
@@ -130,12 +138,15 @@ def test_a_chain_ends_with_its_last_steps_result_and_a_group_without_merge_with_
     assert fanned["result"]["content"][0]["text"] == '{"results": [0, 1, 4], "failed": []}'
 
 
+@pytest.mark.store
 def test_a_member_with_a_task_id_of_its_own_is_a_tool_error_saying_what_to_change(client: HttpClient) -> None:
     done = client.wait(client.start("fanout", {"n": 2, "own_ids": True}), timeout=60)
     assert done["status"] == "completed" and done["result"]["isError"], done
     assert "leave task_id unset on tests.sample_jobs.wf_member" in done["result"]["content"][0]["text"], done
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_a_question_of_the_merge_step_shows_on_the_task_and_its_answer_reaches_the_step(client: HttpClient) -> None:
     task_id = client.start("sweep", {"n": 3, "asking": True}, elicitation={})
     waiting = client.wait(task_id, {"input_required", "completed", "failed", "cancelled"}, timeout=60)
@@ -148,6 +159,9 @@ def test_a_question_of_the_merge_step_shows_on_the_task_and_its_answer_reaches_t
     assert done["status"] == "completed" and done["result"]["structuredContent"] == {"sum": 5, "failed": []}, done
 
 
+@pytest.mark.broker
+@pytest.mark.result_backend
+@pytest.mark.store
 def test_a_cancel_mid_sweep_starts_no_member_after_it_and_stops_the_running_ones(
     patient_client: HttpClient, store_redis: redis.Redis, patient_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -182,6 +196,8 @@ def test_a_cancel_mid_sweep_starts_no_member_after_it_and_stops_the_running_ones
         members.stop()
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_a_plain_client_follows_a_workflow_with_the_lifecycle_tools(client: HttpClient) -> None:
     reply = client.result("tools/call", {"name": "sweep", "arguments": {"n": 3, "seconds": 4}}, capabilities={})
     handle = reply["_meta"]["mcp-celery/task"]
@@ -205,6 +221,7 @@ def members_worker(env: dict[str, str], worker: Process, tmp_path: Path) -> Iter
     proc.stop()
 
 
+@pytest.mark.store
 @pytest.mark.skipif(not REDIS_BROKER, reason="only a Redis broker's queues can be looked into")
 @pytest.mark.parametrize(
     ("tool", "arguments", "who"), [("sweep", {"n": 2}, "merge"), ("steps", {"n": 2}, "wf_member-2")]
@@ -224,6 +241,8 @@ def test_a_message_sent_when_its_turn_came_and_lost_before_any_worker_took_it_fa
     assert who in failed["error"]["message"] and LOST_BEFORE_START in failed["error"]["message"], failed
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_a_members_worker_killed_fails_an_at_most_once_workflow_honestly(
     client: HttpClient, store_redis: redis.Redis, members_worker: Process
 ) -> None:
@@ -236,6 +255,8 @@ def test_a_members_worker_killed_fails_an_at_most_once_workflow_honestly(
     assert "worker running the job was lost" in failed["error"]["message"], failed
 
 
+@pytest.mark.broker
+@pytest.mark.store
 def test_an_at_least_once_member_runs_again_on_another_worker_and_the_workflow_completes(
     client: HttpClient, store_redis: redis.Redis, members_worker: Process, env: dict[str, str], tmp_path: Path
 ) -> None:
