@@ -167,14 +167,14 @@ SERVER_ENV = {
 PATIENT_GRACE_S = 600
 
 
-def empty_broker(url: str) -> None:
-    """Drop what an earlier session left queued: the Redis broker's database, or RabbitMQ's queues."""
+def empty_broker(url: str, queues: tuple[str, ...] = ("celery", "later", "doomed", "backlog", "wf")) -> None:
+    """Drop what an earlier session left queued: the Redis broker's database, or RabbitMQ's `queues`."""
     if url.startswith("redis"):
         redis.Redis.from_url(url).flushdb()
         return
     with kombu.Connection(url) as connection:
         channel = connection.default_channel
-        for queue in ("celery", "later", "doomed", "backlog", "wf"):
+        for queue in queues:
             try:
                 channel.queue_purge(queue)
             except connection.channel_errors:  # never declared yet: nothing to drop

@@ -16,10 +16,14 @@ from celery import Celery
 import mcp_celery
 
 _BASE = os.environ.get("MCP_CELERY_TEST_REDIS", "redis://127.0.0.1:6379")
-BROKER = os.environ.get("PARKING_BROKER_URL") or f"{_BASE}/3"
+#: The RabbitMQ pass (TEST_BROKER_URL amqp://) sends these jobs through RabbitMQ too, on a queue of their own.
+_RABBIT = os.environ.get("TEST_BROKER_URL", "") if os.environ.get("TEST_BROKER_URL", "").startswith("amqp") else ""
+BROKER = os.environ.get("PARKING_BROKER_URL") or _RABBIT or f"{_BASE}/3"
 BACKEND = os.environ.get("PARKING_BACKEND_URL") or f"{_BASE}/4"
+QUEUE = "parking"
 
 app = Celery("parking_jobs", broker=BROKER, backend=BACKEND)
+app.conf.task_default_queue = QUEUE
 mcp_celery.configure_app(app)
 markers = redis.Redis.from_url(BACKEND)
 

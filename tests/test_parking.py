@@ -29,9 +29,14 @@ from mcp_celery.store.connect import async_client, redis_target
 from mcp_celery.store.schema import Keys, Lifetimes
 from mcp_celery.testing.processes import wait_for
 from tests import parking_jobs
+from tests.conftest import empty_broker
 from tests.support import ROOT, HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
 
 ELICIT = caps(elicitation={})
+#: Tests that look into a Redis broker (its unacked hash; the reaper's look for a message in a queue).
+REDIS_BROKER_ONLY = pytest.mark.skipif(
+    parking_jobs.BROKER.startswith("amqp"), reason="looks into a Redis broker's queues (the RabbitMQ pass has none)"
+)
 APP = "tests.parking_jobs"
 
 
@@ -41,8 +46,8 @@ def counted(marker: str, step: str) -> int:
 
 @pytest.fixture(scope="module")
 def parking_env(env: dict[str, str]) -> dict[str, str]:
-    for url in (parking_jobs.BROKER, parking_jobs.BACKEND):
-        redis.Redis.from_url(url).flushdb()
+    empty_broker(parking_jobs.BROKER, queues=(parking_jobs.QUEUE,))
+    redis.Redis.from_url(parking_jobs.BACKEND).flushdb()
     # The store is the results' Redis; other passes' store settings do not apply to this app's own.
     own = {k: v for k, v in env.items() if k != "MCP_CELERY_REDIS_URL"}
     return {**own, "PARKING_BROKER_URL": parking_jobs.BROKER, "PARKING_BACKEND_URL": parking_jobs.BACKEND}
@@ -71,7 +76,8 @@ def worker(parking_env: dict[str, str], tmp_path: Path) -> Iterator[Process]:
 
 
 def one_worker(parking_env: dict[str, str], log: Path) -> Process:
-    return start_worker(parking_env, log, app=APP, name=f"park-{uuid.uuid4().hex[:8]}", concurrency=1)
+    name = f"park-{uuid.uuid4().hex[:8]}"
+    return start_worker(parking_env, log, app=APP, name=name, concurrency=1, queues=parking_jobs.QUEUE)
 
 
 def start(client: HttpClient, tool: str, **arguments: Any) -> str:
@@ -132,6 +138,7 @@ def check_answered(client: HttpClient, created: dict[str, float], run: str) -> N
         assert counted(f"{run}-{i}", "once") == 1
 
 
+@pytest.mark.broker
 def test_twenty_questions_hold_no_worker_and_a_job_without_one_runs_meanwhile(
     client: HttpClient, worker: Process, parking_env: dict[str, str]
 ) -> None:
@@ -160,6 +167,7 @@ def top_once(parking_env: dict[str, str]) -> str:
     return done.stdout
 
 
+@pytest.mark.broker
 def test_parked_jobs_survive_a_warm_and_a_cold_worker_stop_and_answers_given_while_no_worker_runs(
     client: HttpClient, parking_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -197,6 +205,7 @@ def test_an_answer_within_the_park_window_needs_no_second_run(client: HttpClient
     assert counted(run, "before") == 1  # one run: the step outside ctx.once did not run again
 
 
+@pytest.mark.broker
 def test_a_cancelled_parked_job_ends_at_once_and_never_runs_again(client: HttpClient, worker: Process) -> None:
     run = uuid.uuid4().hex[:8]
     task_id = start(client, "park_at_once", marker=run, work_s=0)
@@ -247,7 +256,8 @@ def test_a_parked_task_survives_a_server_restart_and_a_redis_restart_with_aof(
     parking_env: dict[str, str], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     own = {**parking_env, "PARKING_BROKER_URL": f"{own_redis.url}/0", "PARKING_BACKEND_URL": f"{own_redis.url}/1"}
-    worker = start_worker(own, tmp_path / "worker.log", app=APP, name=f"aof-{own_redis.port}", concurrency=1)
+    log = tmp_path / "worker.log"
+    worker = start_worker(own, log, app=APP, name=f"aof-{own_redis.port}", concurrency=1, queues=parking_jobs.QUEUE)
     url, server = start_http_server(own, tmp_path / "server-1.log", app=APP)
     marks = redis.Redis.from_url(f"{own_redis.url}/1")
     client = HttpClient(url)
@@ -272,6 +282,7 @@ def test_a_parked_task_survives_a_server_restart_and_a_redis_restart_with_aof(
         worker.stop()
 
 
+@REDIS_BROKER_ONLY
 def test_an_at_least_once_job_that_parks_leaves_no_unacked_message_and_resumes_once(
     client: HttpClient, worker: Process
 ) -> None:
@@ -292,6 +303,7 @@ def test_an_at_least_once_job_that_parks_leaves_no_unacked_message_and_resumes_o
         broker.close()
 
 
+@REDIS_BROKER_ONLY
 def test_an_answer_whose_resumed_message_was_never_sent_is_sent_again_by_the_reaper(
     client: HttpClient, worker: Process
 ) -> None:
