@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import logging.config
+import sys
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from mcp_celery.redact import redact
 
 __all__ = [
     "FIELDS",
+    "announce",
     "JsonFormatter",
     "LogFormat",
     "configure",
@@ -128,6 +130,17 @@ def configure(level: str, log_format: LogFormat) -> None:
     config = dict_config(level, log_format)
     logging.config.dictConfig(config)
     _uvicorn_config = config if log_format == "json" else None
+
+
+def announce(message: str) -> None:
+    """Tell the operator `message` on stderr whatever the log level: "mcp-celery: MESSAGE" in text,
+    a JSON line (level INFO, logger mcp_celery) under `--log-format json`, so a log collector reading
+    JSON lines reads every line."""
+    if _uvicorn_config is None:
+        print(f"mcp-celery: {message}", file=sys.stderr, flush=True)
+        return
+    record = logging.LogRecord("mcp_celery", logging.INFO, __file__, 0, message, None, None)
+    print(JsonFormatter().format(record), file=sys.stderr, flush=True)
 
 
 def uvicorn_options() -> dict[str, Any]:

@@ -23,6 +23,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
+from mcp_celery.core.status import TaskView
 from mcp_celery.protocol import now_ms
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.connect import async_client, redis_target
@@ -329,5 +330,32 @@ async def answer_without_resuming(task_id: str, answers: dict[str, str]) -> str 
         taken, resume = await store.answer(task_id, answers, now_ms())
         assert taken == list(answers)
         return resume
+    finally:
+        await client.aclose()
+
+
+def test_the_cancel_script_decides_that_the_job_is_parked_not_a_read_made_before(
+    client: HttpClient, worker: Process
+) -> None:
+    """A cancel whose caller read the task before its job parked (a race under load) still cancels it as a
+    parked one: the store's CANCEL script, atomic with PARK, tells the two apart and freezes the parked
+    view, and the server shows Celery's REVOKED on that outcome alone."""
+    run = uuid.uuid4().hex[:8]
+    task_id = start(client, "park_at_once", marker=run, work_s=0)
+    wait_for(lambda: asking_parked(client, task_id), 20, 0.05, "the job to park")
+    outcome = asyncio.run(cancel_through_the_store(task_id))
+    assert outcome == "parked"
+    task = client.get(task_id)
+    assert task["status"] == "cancelled" and task["statusMessage"] == "frozen while parked", task
+    assert not parking_jobs.markers.zscore("mcp-celery:live", task_id)  # nothing left to watch
+
+
+async def cancel_through_the_store(task_id: str) -> str | None:
+    client = async_client(redis_target(parking_jobs.BACKEND))
+    try:
+        store = AsyncStore(client, Keys(), Lifetimes(86400, 3600))
+        before = TaskView("cancelled", now_ms(), "frozen before start").to_json()
+        parked = TaskView("cancelled", now_ms(), "frozen while parked").to_json()
+        return await store.request_cancel(task_id, now_ms(), before, parked)
     finally:
         await client.aclose()

@@ -55,6 +55,8 @@ def serve(
     # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
     # This process's one Settings: the environment, and (HTTP) --metrics-port over it.
     settings = Settings(metrics_port=metrics_port) if http and metrics_port is not None else Settings()
+    if http:
+        _check_http_auth(settings, host, port, allow_unauthenticated)
     app = load_app(app_spec)
     check_tool_names(app, settings)
     binding = AppBinding.create(app, settings)
@@ -72,7 +74,7 @@ def serve(
         if metrics_port is not None:  # server processes of --workers N read it from the environment
             os.environ["MCP_CELERY_METRICS_PORT"] = str(metrics_port)
         about = f"app {app_spec}, {len(tools)} tools, Redis {redact(binding.redis.url)}"
-        _serve_http(app_spec, host, port, workers, allow_unauthenticated, settings, about)
+        _serve_http(app_spec, host, port, workers, settings, about)
     else:
         _serve_stdio(app, settings)
 
@@ -82,19 +84,13 @@ def _serve_http(
     host: str,
     port: int,
     workers: int,
-    allow_unauthenticated: bool,
     settings: Settings,
     about: str = "",
 ) -> None:
     import uvicorn
 
     from mcp_celery.server import http
-    from mcp_celery.server.edge import auth
 
-    auth.check_exposure(settings, host, allow_unauthenticated=allow_unauthenticated)
-    # Here, not only in each uvicorn worker process: a token file or JWT setting that cannot work
-    # (MCP_CELERY_JWT_JWKS without MCP_CELERY_JWT_ISSUER, say) stops `serve` in one line.
-    auth.build_verifier(settings, auth.public_url(settings, host, port))
     os.environ[http.APP_ENV], os.environ[http.HOST_ENV], os.environ[http.PORT_ENV] = app_spec, host, str(port)
     _check_port(host, port)
     processes = f"{workers} server process{'es' if workers > 1 else ''}"
@@ -109,6 +105,17 @@ def _serve_http(
         uvicorn.run(
             target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning", **log_options
         )
+
+
+def _check_http_auth(settings: Settings, host: str, port: int, allow_unauthenticated: bool) -> None:
+    """Raises ConfigurationError, in one line, when the server would be open to other machines without
+    authentication, or its token file or JWT settings cannot work (MCP_CELERY_JWT_JWKS without
+    MCP_CELERY_JWT_ISSUER, say): here, before the jobs are imported (their warnings) and before any
+    uvicorn worker process starts."""
+    from mcp_celery.server.edge import auth
+
+    auth.check_exposure(settings, host, allow_unauthenticated=allow_unauthenticated)
+    auth.build_verifier(settings, auth.public_url(settings, host, port))
 
 
 def _check_port(host: str, port: int) -> None:
@@ -142,7 +149,7 @@ def _say_when_listening(host: str, port: int, what: str) -> None:
             except OSError:
                 time.sleep(0.05)
                 continue
-            print(f"mcp-celery: listening on {what}", file=sys.stderr, flush=True)
+            logs.announce(f"listening on {what}")
             return
 
     threading.Thread(target=wait, name="mcp-celery-listening", daemon=True).start()

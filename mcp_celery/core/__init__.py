@@ -9,6 +9,7 @@ its own beyond what Celery does when an app is loaded.
     task_options.py   a tool's Celery options that follow the app's configuration (time limits, delivery)
     status.py         a task record -> its MCP status: the one place Celery states are compared
     workflows.py      a workflow's state from its members' records, and the step it calls for
-    canvas.py         the Celery side of a workflow: member headers, the merge's launch
+    canvas.py         what Celery is told when no worker tells it: a workflow's member headers and merge
+                      launch, a parked job's REVOKED
     celery_app.py     a Celery app from `-A module[:app]`, as `celery -A` finds it
 """

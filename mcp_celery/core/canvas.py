@@ -1,9 +1,11 @@
-"""The Celery side of a workflow that both the worker and the server use: member headers, the merge's launch.
+"""What Celery must be told when no worker will tell it: a workflow's member headers and merge launch,
+a parked job's REVOKED. Used by the worker and the server alike.
 
 Tier 1 (celery types, no Redis). A workflow's members carry the MCP task's id in a message header;
 its merge step is launched once its members end, by the worker that ends the last member or by a
 server that finds them ended (a lost worker), whichever claims the launch first
-(`mcp_celery.core.workflows`, FIELD.MERGING).
+(`mcp_celery.core.workflows`, FIELD.MERGING). A job parked at a question runs in no worker: when it
+is cancelled, whoever cancels it writes Celery's REVOKED, as a worker would have.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from celery import Celery
 
 from mcp_celery.core.workflows import Workflow
 
-__all__ = ["FAILED_HEADER", "PARENT_HEADER", "launch_merge"]
+__all__ = ["FAILED_HEADER", "PARENT_HEADER", "launch_merge", "show_revoked"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,3 +38,17 @@ def launch_merge(app: Celery, parent_id: str, workflow: Workflow, results: list[
     merge.apply_async(
         args=(results,), task_id=workflow.merge.id, headers=headers, parent_id=parent_id, root_id=parent_id
     )
+
+
+def show_revoked(app: Celery, task_id: str, reason: str) -> None:
+    """Celery's REVOKED for a cancelled parked job, in its result backend and as Flower's event, as a worker would.
+
+    Never raises: the cancel itself is recorded already; only Celery's own view lags (logged).
+    """
+    try:
+        app.backend.mark_as_revoked(task_id, reason=reason)
+        with app.events.default_dispatcher() as dispatcher:
+            fields = {"terminated": False, "expired": False, "reason": reason, "state": "REVOKED"}
+            dispatcher.send("task-revoked", uuid=task_id, **fields)
+    except Exception:  # noqa: BLE001
+        logger.warning("task %s: could not show its parked job's cancel in Celery's backend", task_id, exc_info=True)

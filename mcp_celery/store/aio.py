@@ -29,7 +29,7 @@ from mcp_celery.store.schema import FIELD, Durability, Keys, Lifetimes, TaskReco
 __all__ = ["AsyncStore", "CancelOutcome", "JobMarks", "NotReplicated"]
 
 #: What a cancel found: a job not started yet (now cancelled), a started one (told), or an ended task.
-CancelOutcome = Literal["unstarted", "started", "ended"]
+CancelOutcome = Literal["unstarted", "parked", "started", "ended"]
 
 
 def _pairs(items: Mapping[str, str]) -> list[str]:
@@ -191,28 +191,35 @@ class AsyncStore:
             await pipe.execute()
 
     async def request_cancel(
-        self, task_id: str, now_ms: int, cancelled_before_start: str, channel: str | None = None
+        self,
+        task_id: str,
+        now_ms: int,
+        cancelled_before_start: str,
+        cancelled_while_parked: str,
+        channel: str | None = None,
     ) -> CancelOutcome | None:
-        """Record a cancel (one script, atomic with the job's start) and tell listeners.
+        """Record a cancel (one script, atomic with the job's start and its parking) and tell listeners.
 
         A job that has not started is cancelled at once: `cancelled_before_start` (a frozen view, JSON)
-        becomes the task's terminal state, and no worker will run the job. A started job finds the
-        flag at its next checkpoint (the bell wakes one that waits). None: no such record.
+        becomes the task's terminal state, and no worker will run the job; so is a parked one, with
+        `cancelled_while_parked`. A started job finds the flag at its next checkpoint (the bell wakes
+        one that waits). None: no such record.
 
         Raises:
             NotReplicated: the cancel is recorded on the primary, but not on enough replicas in time.
         """
         keys = [self.keys.task(task_id), self.keys.bell(task_id), self.keys.events(channel or task_id)]
         ttl_s = self.lifetimes.ttl_s
-        args: list[str | int] = [now_ms, self.lifetimes.live_s, cancelled_before_start, ttl_s or ""]
-        if self.streams:  # an unstarted task's cancel is its ending: the ended stream hears of it
+        args: list[str | int] = [now_ms, self.lifetimes.live_s, cancelled_before_start, cancelled_while_parked]
+        args.append(ttl_s or "")
+        if self.streams:  # a cancel at once is the task's ending: the ended stream hears of it
             keys.append(self.keys.ended())
-            args += ["1", STREAM_MAXLEN, task_id, json.loads(cancelled_before_start).get("message") or ""]
+            args += ["1", STREAM_MAXLEN, task_id]
         outcome = await self._replicated("the cancel", self._cancel, keys, args)
         if outcome is None:
             return None
         found = cast(CancelOutcome, as_text(outcome))
-        if found == "unstarted":
+        if found in ("unstarted", "parked"):
             await self.forget_live([task_id])  # its record is frozen: nothing left to watch
         return found
 

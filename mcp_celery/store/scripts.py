@@ -77,31 +77,37 @@ return {{taken, resume}}
 
 # KEYS[1] task hash, KEYS[2] bell list, KEYS[3] the task's event channel.
 # ARGV[1] now (ms), ARGV[2] expiry of the bell (s), ARGV[3] the cancelled state to freeze (JSON) if
-# the job has not started, ARGV[4] the record's expiry (s) once frozen, or ''.
-# A cancel request, atomic with JOB_START (both run on the task hash): a job that has not started
-# (no heartbeat yet) is cancelled here and now, its state frozen, so that JOB_START refuses it
-# whichever worker gets its message later; a started job finds the flag at its next checkpoint, and
-# the bell wakes it if it waits. Listeners are told either way. Nothing changes for a task that has
-# ended. Returns 'unstarted', 'started' or 'ended' (false: no record); the caller takes an
-# 'unstarted' task out of `live`. With ARGV[5] '1', KEYS[4] is the ended stream: a task cancelled
-# before its job started adds its entry there (ARGV[6] the stream's MAXLEN, ARGV[7] the task id,
-# ARGV[8] the reason).
+# the job has not started, ARGV[4] the one if it is parked at a question ('': ARGV[3]), ARGV[5] the
+# record's expiry (s) once frozen, or ''.
+# A cancel request, atomic with JOB_START and PARK (all run on the task hash): a job that has not
+# started (no heartbeat yet) or is parked (no heartbeat either: no worker holds it) is cancelled here
+# and now, its state frozen, so that JOB_START refuses it whichever worker gets its message later; a
+# started job finds the flag at its next checkpoint, and the bell wakes it if it waits. Listeners are
+# told either way. Nothing changes for a task that has ended. Returns 'unstarted', 'parked', 'started'
+# or 'ended' (false: no record); the caller takes an 'unstarted' or 'parked' task out of `live`. With
+# ARGV[6] '1', KEYS[4] is the ended stream: a task cancelled at once adds its entry there (ARGV[7]
+# the stream's MAXLEN, ARGV[8] the task id; the reason is the frozen state's message).
 CANCEL = f"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local seen = redis.call(
-  'HMGET', KEYS[1], '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}', '{FIELD.TOOL}', '{FIELD.CREATED}')
+local seen = redis.call('HMGET', KEYS[1], '{FIELD.ALIVE_UNTIL}', '{FIELD.OUTCOME}', '{FIELD.FINAL}',
+  '{FIELD.TOOL}', '{FIELD.CREATED}', '{FIELD.PARKED}')
 if seen[2] or seen[3] then return 'ended' end
 redis.call('HSETNX', KEYS[1], '{FIELD.CANCEL}', ARGV[1])
 if not seen[1] then
-  redis.call('HSET', KEYS[1], '{FIELD.FINAL}', ARGV[3])
-  if ARGV[4] ~= '' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
-  redis.call('PUBLISH', KEYS[3], 'final')
-  if ARGV[5] == '1' then
-    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', '{ENDED.TASK}', ARGV[7],
-      '{ENDED.TOOL}', seen[4] or '', '{ENDED.CREATED}', seen[5] or '', '{ENDED.STATUS}', 'cancelled',
-      '{ENDED.ENDED}', ARGV[1], '{ENDED.REASON}', ARGV[8])
+  local found, final = 'unstarted', ARGV[3]
+  if seen[6] then
+    found = 'parked'
+    if ARGV[4] ~= '' then final = ARGV[4] end
   end
-  return 'unstarted'
+  redis.call('HSET', KEYS[1], '{FIELD.FINAL}', final)
+  if ARGV[5] ~= '' then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
+  redis.call('PUBLISH', KEYS[3], 'final')
+  if ARGV[6] == '1' then
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', '{ENDED.TASK}', ARGV[8],
+      '{ENDED.TOOL}', seen[4] or '', '{ENDED.CREATED}', seen[5] or '', '{ENDED.STATUS}', 'cancelled',
+      '{ENDED.ENDED}', ARGV[1], '{ENDED.REASON}', cjson.decode(final)['message'] or '')
+  end
+  return found
 end
 redis.call('LPUSH', KEYS[2], 'cancel')
 redis.call('EXPIRE', KEYS[2], ARGV[2])

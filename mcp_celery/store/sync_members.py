@@ -86,13 +86,17 @@ class MemberRecords:
         """Freeze the task's end (FREEZE: the first one stays) and tell its listeners."""
         self._freeze(keys=[self.keys.task(task_id), self.keys.events(task_id)], args=[frozen])
 
-    def cancel_members(self, task_ids: Sequence[str], channel: str, cancelled_before_start: str) -> None:
-        """Cancel these members (CANCEL each, in one round trip): one not started yet at once, the others by flag.
+    def cancel_members(
+        self, task_ids: Sequence[str], channel: str, cancelled_before_start: str, cancelled_while_parked: str
+    ) -> list[str]:
+        """Cancel these members (CANCEL each, in one round trip): one not started yet or parked at once, the
+        others by flag. Returns the parked ones (no worker runs them to tell Celery's backend).
 
-        A member cancelled before its start leaves `live` after the script (see `Keys.live`).
+        A member cancelled at once leaves `live` after the script (see `Keys.live`).
         """
         ttl_s = self.lifetimes.ttl_s
-        args: list[str | int] = [now_ms(), self.lifetimes.live_s, cancelled_before_start, ttl_s or ""]
+        args: list[str | int] = [now_ms(), self.lifetimes.live_s, cancelled_before_start, cancelled_while_parked]
+        args.append(ttl_s or "")
 
         def build(pipe: Any) -> None:
             for task_id in task_ids:
@@ -100,6 +104,8 @@ class MemberRecords:
                 queue_script(pipe, self._cancel, keys, args)
 
         outcomes = self._pipelined(build) if task_ids else []
-        unstarted = [t for t, found in zip(task_ids, outcomes, strict=True) if found and as_text(found) == "unstarted"]
-        if unstarted:
-            self.redis.zrem(self.keys.live(), *unstarted)
+        found = {t: as_text(outcome) for t, outcome in zip(task_ids, outcomes, strict=True) if outcome}
+        frozen = [t for t, outcome in found.items() if outcome in ("unstarted", "parked")]
+        if frozen:
+            self.redis.zrem(self.keys.live(), *frozen)
+        return [t for t, outcome in found.items() if outcome == "parked"]

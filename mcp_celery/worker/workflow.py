@@ -24,8 +24,8 @@ from typing import Any
 from celery import Celery, Signature, chain, chord, group
 from celery.canvas import _chain  # what a chain is an instance of (`chain(...)` builds one)
 
-from mcp_celery.core.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge
-from mcp_celery.core.status import CANCELLED_BEFORE_START, TaskView, task_view
+from mcp_celery.core.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge, show_revoked
+from mcp_celery.core.status import CANCELLED_BEFORE_START, CANCELLED_WHILE_PARKED, TaskView, task_view
 from mcp_celery.core.tools import redelivered_on_loss, registry
 from mcp_celery.core.workflows import FailurePolicy, Member, Workflow, WorkflowKind, aggregate
 from mcp_celery.errors import TaskCancelled
@@ -163,8 +163,12 @@ def after_member(app: Celery, store: SyncStore, parent_id: str, *, grace_ms: int
     }
     step = aggregate(workflow, parent, views, now, tool=registry(app).get(parent.tool), cancel_grace_ms=grace_ms)
     if step.cancel:
-        store.cancel_members(step.cancel, parent_id, TaskView("cancelled", now, CANCELLED_BEFORE_START).to_json())
+        before_start = TaskView("cancelled", now, CANCELLED_BEFORE_START).to_json()
+        while_parked = TaskView("cancelled", now, CANCELLED_WHILE_PARKED).to_json()
+        parked = store.cancel_members(step.cancel, parent_id, before_start, while_parked)
         app.control.revoke(list(step.cancel))
+        for member in parked:  # no worker runs these to say so
+            show_revoked(app, member, CANCELLED_WHILE_PARKED)
     if step.freeze:
         store.freeze(parent_id, step.view.to_json())
     check_at = None if check_after_s is None else now + int(check_after_s * 1000)

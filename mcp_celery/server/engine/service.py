@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from mcp_celery import tracing
 from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.canvas import show_revoked
 from mcp_celery.core.status import (
     CANCELLED_BEFORE_START,
     CANCELLED_WHILE_PARKED,
@@ -404,32 +405,32 @@ class TaskService:
         """`tasks/cancel`: cancel a live task once; a finished or already cancelled one is left as it is."""
         record, view = found
         if not view.terminal and record.cancel_ms is None:
-            await self.cancel(record.task_id, self.tools.get(record.tool), parked=record.parked_until_ms is not None)
+            await self.cancel(record.task_id, self.tools.get(record.tool))
             if record.workflow is not None:
                 await self.read_view(record.task_id)  # its members are cancelled now, not at the next read
 
-    async def cancel(
-        self, task_id: str, spec: ToolSpec | None, *, channel: str | None = None, parked: bool = False
-    ) -> None:
-        """Cancel the task: at once if its job has not started, else through the flag the job checks;
-        `channel`: the task whose listeners hear of it (a workflow member's: its MCP task's).
+    async def cancel(self, task_id: str, spec: ToolSpec | None, *, channel: str | None = None) -> None:
+        """Cancel the task: at once if its job has not started or is parked, else through the flag the
+        job checks; `channel`: the task whose listeners hear of it (a workflow member's: its MCP task's).
 
         Raises:
             NotReplicated: recorded, but not on enough replicas in time (the request handler says so).
         """
         now = now_ms()
-        # A parked job (no heartbeat) is cancelled as one not started is: at once, and never run again.
-        message = CANCELLED_WHILE_PARKED if parked else CANCELLED_BEFORE_START
-        before_start = TaskView("cancelled", now, message).to_json()
-        outcome = await self.store.request_cancel(task_id, now, before_start, channel)
+        # Which of the two the task is, the store's script decides, atomic with the job's start and
+        # its parking: a read before it could be out of date by then.
+        before_start = TaskView("cancelled", now, CANCELLED_BEFORE_START).to_json()
+        while_parked = TaskView("cancelled", now, CANCELLED_WHILE_PARKED).to_json()
+        outcome = await self.store.request_cancel(task_id, now, before_start, while_parked, channel)
         if outcome is None or outcome == "ended":
             return
         observe.cancel_requested(task_id, None if spec is None else spec.name, outcome)
         # Workers drop a queued or reserved copy of the message at once (the frozen state would refuse
         # it anyway, whichever worker gets it); a running job learns of the cancel from the flag.
         await anyio.to_thread.run_sync(lambda: self.binding.app.control.revoke(task_id))
-        if parked and outcome == "unstarted":  # no worker runs it to say so: Celery's backend and Flower hear it here
-            show = partial(anyio.to_thread.run_sync, lambda: _show_revoked(self.binding.app, task_id, message))
+        if outcome == "parked":  # no worker runs it to say so: Celery's backend and Flower hear it here
+            app = self.binding.app
+            show = partial(anyio.to_thread.run_sync, lambda: show_revoked(app, task_id, CANCELLED_WHILE_PARKED))
             if self._tg is not None:
                 self._tg.start_soon(show)  # the task reads cancelled already: no wait for Celery's view
             else:
@@ -444,14 +445,3 @@ class TaskService:
         if record is not None and record.outcome is None and record.alive_until_ms is not None:
             logger.warning("task %s did not stop within the grace period; terminating its worker process", task_id)
             await anyio.to_thread.run_sync(lambda: self.binding.app.control.revoke(task_id, terminate=True))
-
-
-def _show_revoked(app: Any, task_id: str, reason: str) -> None:
-    """Celery's REVOKED for a cancelled parked job, in its result backend and as Flower's event, as a worker would."""
-    try:
-        app.backend.mark_as_revoked(task_id, reason=reason)
-        with app.events.default_dispatcher() as dispatcher:
-            fields = {"terminated": False, "expired": False, "reason": reason, "state": "REVOKED"}
-            dispatcher.send("task-revoked", uuid=task_id, **fields)
-    except Exception:  # noqa: BLE001 - the cancel itself is recorded; only Celery's own view lags
-        logger.warning("task %s: could not show its parked job's cancel in Celery's backend", task_id, exc_info=True)

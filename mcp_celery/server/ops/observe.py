@@ -32,8 +32,8 @@ def settled(task_id: str, tool: str, owner: str | None, status: str, message: st
 
 
 def cancel_requested(task_id: str, tool: str | None, outcome: str) -> None:
-    """A cancel was recorded: `unstarted` ends the task at once; a started job ends when it stops."""
-    status = "cancelled" if outcome == "unstarted" else None
+    """A cancel was recorded: `unstarted` and `parked` end the task at once; a started job ends when it stops."""
+    status = "cancelled" if outcome in ("unstarted", "parked") else None
     fields = logs.task_fields(task_id, tool, status=status, event="cancel")
     logger.info("task %s: cancel requested (%s)", task_id, outcome, extra=fields)
 
