@@ -167,8 +167,8 @@ def test_a_cancel_stops_training_at_the_next_epoch(mcp: HttpClient, artifacts: P
     # Epochs of 80,000 examples take well under a second here; the grace of the test server is 1 s,
     # so a job that ran on for the 200 epochs would have been reported cancelled by the server, not
     # by itself: Celery's own state tells them apart.
-    backend = jobs_celery()
-    assert backend.AsyncResult(task_id).state == "REVOKED"
+    backend = jobs_celery()  # the job stores REVOKED after it removed its checkpoint: waited for
+    wait_for(lambda: backend.AsyncResult(task_id).state == "REVOKED", 10, what="Celery's REVOKED")
     assert time.monotonic() - cancelled_at < 10
 
 
