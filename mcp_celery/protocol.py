@@ -1,9 +1,16 @@
-"""SEP-2663 wire vocabulary and every builder of a wire shape.
+"""SEP-2663 wire vocabulary, its pydantic models, and every builder of a wire shape.
 
-Tier 0: imports only the standard library and `mcp_types` (never `mcp`, which loads the SDK's
-server and client). Whatever reaches the wire as a task, a tool result or a -32021 payload is
-built here, so the flat `CreateTaskResult`, the per-status `DetailedTask`, the `CallToolResult`
+Tier 0: imports only the standard library, pydantic and `mcp_types` (never `mcp`, which loads the
+SDK's server and client). Whatever reaches the wire as a task, a tool result or a -32021 payload is
+defined here, so the flat `CreateTaskResult`, the per-status `DetailedTask`, the `CallToolResult`
 of a job and the raw request envelope of the 2026-07-28 revision are each written once.
+
+The models (`Task`, `CreateTaskResult`, `DetailedTask`, `TaskNotificationParams`, the `tasks/*`
+params and requests) are the one definition of the extension's shapes: the client reads and sends
+them, the server parses `tasks/*` params with them. The server's hot paths (`tasks/get`, every
+`notifications/tasks`) build the same shapes as plain dicts with `detailed_task` and
+`create_task_result`, about twice as fast as a model and its dump; tests/test_wire_models.py
+checks that what they build is exactly what the models read and write back.
 """
 
 from __future__ import annotations
@@ -20,7 +27,18 @@ from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolResult,
+    ErrorData,
+    Notification,
+    NotificationParams,
+    Request,
+    RequestParams,
+    Result,
+    SubscriptionFilter,
+    SubscriptionsListenRequest,
+    SubscriptionsListenRequestParams,
 )
+from pydantic import ConfigDict
 
 __all__ = [
     "CAPABILITY_FOR_METHOD",
@@ -41,13 +59,25 @@ __all__ = [
     "TASK_NOT_FOUND_MESSAGE",
     "TERMINAL_STATUSES",
     "TOOL_ERROR_PREFIX",
+    "Ack",
+    "CancelTaskRequest",
+    "CreateTaskResult",
+    "DetailedTask",
+    "GetTaskRequest",
+    "Task",
+    "TaskIdParams",
     "TaskMode",
+    "TaskNotificationParams",
     "TaskStatus",
+    "TaskStatusNotification",
+    "UpdateTaskParams",
+    "UpdateTaskRequest",
     "call_tool_result",
     "client_capabilities",
     "create_task_result",
     "detailed_task",
     "iso_ms",
+    "listen_request",
     "missing_capability_data",
     "new_task_id",
     "now_ms",
@@ -106,6 +136,127 @@ CAPABILITY_FOR_METHOD = {
     "sampling/createMessage": "sampling",
     "roots/list": "roots",
 }
+
+
+# ---------------------------------------------------------------- the models of the extension's shapes
+# Each subclasses an `mcp_types` base, so field names come out camelCase through the SDK's alias generator.
+
+
+class Task(Result):
+    """The `Task` object shared by CreateTaskResult, tasks/get and notifications/tasks.
+
+    `ttlMs` is always present (null: kept until deleted); `statusMessage` only when there is one.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str
+    status: TaskStatus
+    status_message: str | None = None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class CreateTaskResult(Task):
+    """`tools/call` answered with a task handle (`resultType: "task"`, flat); built by `create_task_result`."""
+
+    result_type: Literal["task"] = "task"  # the SDK's ResultClaim needs the Literal pin
+
+
+class DetailedTask(Task):
+    """`tasks/get` result: the task plus `inputRequests`, `result` or `error` depending on the status.
+
+    Built by `detailed_task`, which sets exactly the member the status requires. `inputRequests` stays
+    raw JSON here: one request of a shape a client does not know must not make the whole task
+    unreadable; the client's handle parses each request on its own.
+    """
+
+    result_type: str = "complete"
+    input_requests: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    error: ErrorData | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def call_tool_result(self) -> CallToolResult | None:
+        """The inlined `CallToolResult` of a completed task, else None."""
+        return CallToolResult.model_validate(self.result) if self.result is not None else None
+
+
+class TaskNotificationParams(NotificationParams):
+    """`notifications/tasks` params: a complete DetailedTask, as `tasks/get` would return it then."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str
+    status: TaskStatus
+
+    def detailed(self) -> DetailedTask:
+        return DetailedTask.model_validate(self.model_dump(by_alias=True, exclude={"meta"}))
+
+
+class TaskStatusNotification(Notification[dict[str, Any], Literal["notifications/tasks"]]):
+    """`notifications/tasks` as the server sends it: params are a `detailed_task` dict (the fields of
+    `TaskNotificationParams`) plus the subscription id in `_meta`."""
+
+    method: Literal["notifications/tasks"] = TASKS_NOTIFICATION
+    params: dict[str, Any]
+
+
+class Ack(Result):
+    """The empty acknowledgement of `tasks/update`, `tasks/cancel` and a finished `subscriptions/listen`."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TaskIdParams(RequestParams):
+    """The params of `tasks/get` and `tasks/cancel`."""
+
+    task_id: str
+
+
+class UpdateTaskParams(TaskIdParams):
+    """The params of `tasks/update`."""
+
+    # Values stay untyped: answers under keys that are not outstanding are ignored,
+    # whatever they hold, so they must not fail validation here.
+    model_config = ConfigDict(extra="allow")
+    input_responses: dict[str, Any]
+
+
+# The `tasks/*` requests set `name_param = "taskId"`: the SDK mirrors it into the `Mcp-Name` header
+# that the extension requires on Streamable HTTP.
+
+
+class GetTaskRequest(Request[TaskIdParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskIdParams
+    name_param = "taskId"
+
+
+class UpdateTaskRequest(Request[UpdateTaskParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: UpdateTaskParams
+    name_param = "taskId"
+
+
+class CancelTaskRequest(Request[TaskIdParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    params: TaskIdParams
+    name_param = "taskId"
+
+
+def listen_request(task_ids: list[str]) -> SubscriptionsListenRequest:
+    """`subscriptions/listen` asking for `notifications/tasks` about `task_ids` (the extension's filter field)."""
+    notifications = SubscriptionFilter.model_validate({"taskIds": task_ids})
+    return SubscriptionsListenRequest(params=SubscriptionsListenRequestParams(notifications=notifications))
+
+
+# ---------------------------------------------------------------- builders
 
 
 def new_task_id() -> str:

@@ -1,9 +1,10 @@
 """Settings, read from `MCP_CELERY_*` environment variables; constructor keywords win.
 
-Each process builds one Settings and hands it down: `mcp-celery serve` (to `create_server` and the
+Each process builds one Settings and hands it down: the `mcp-celery` command line (`cli.command.main`,
+once, for `serve`, `top`, `token` and its own log format; `serve` hands it to `create_server` and the
 HTTP app), each server process of `serve --http --workers N` (`http_app_from_env`), a worker
-(`mcp_celery.worker.config.worker_settings`, on first use), `mcp-celery top`. Nothing reads the
-environment at import time.
+(`mcp_celery.worker.config.worker_settings`, on first use). Nothing reads the environment at import
+time, and no command reads an `MCP_CELERY_*` setting from the environment but through it.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ from mcp.shared.exceptions import MCPError
 import mcp_celery
 from mcp_celery import client, server, worker
 from mcp_celery.client import TaskFailedError
-from mcp_celery.client._wire import DetailedTask
 from mcp_celery.errors import NotReplicated, jsonrpc_error, protocol_error_of
-from mcp_celery.protocol import INTERNAL_ERROR
+from mcp_celery.protocol import INTERNAL_ERROR, DetailedTask
 
 
 def public_members(module: object) -> set[str]:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mcp_celery import logs
 from mcp_celery.errors import ConfigurationError, McpCeleryError
@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 def serve(
     app_spec: str,
+    settings: Settings,
     *,
     workdir: str | None = None,
     http: bool,
@@ -39,22 +40,18 @@ def serve(
     port: int,
     workers: int,
     allow_unauthenticated: bool = False,
-    metrics_port: int | None = None,
 ) -> None:
     from mcp_celery.core.binding import AppBinding
     from mcp_celery.core.celery_app import load_app, use_workdir
     from mcp_celery.core.tools import registry
     from mcp_celery.redact import redact
     from mcp_celery.server.app import check_tool_names
-    from mcp_celery.settings import Settings
     from mcp_celery.store.probe import probe
 
     if workdir is not None:
         use_workdir(workdir)
     # Fail early, with a clear message, before any worker process starts: the tools, the Redis URL,
     # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
-    # This process's one Settings: the environment, and (HTTP) --metrics-port over it.
-    settings = Settings(metrics_port=metrics_port) if http and metrics_port is not None else Settings()
     if http:
         _check_http_auth(settings, host, port, allow_unauthenticated)
     app = load_app(app_spec)
@@ -71,8 +68,8 @@ def serve(
                 spec.celery_task.name,
             )
     if http:
-        if metrics_port is not None:  # server processes of --workers N read it from the environment
-            os.environ["MCP_CELERY_METRICS_PORT"] = str(metrics_port)
+        if settings.metrics_port is not None:  # server processes of --workers N read it from the environment
+            os.environ["MCP_CELERY_METRICS_PORT"] = str(settings.metrics_port)
         about = f"app {app_spec}, {len(tools)} tools, Redis {redact(binding.redis.url)}"
         _serve_http(app_spec, host, port, workers, settings, about)
     else:
@@ -217,7 +214,7 @@ def _serve_stdio(app: Celery, settings: Settings) -> None:
     anyio.run(run_stdio)
 
 
-def top(app_spec: str, *, interval_s: float, once: bool, workdir: str | None = None) -> None:
+def top(app_spec: str, settings: Settings, *, interval_s: float, once: bool, workdir: str | None = None) -> None:
     import asyncio
 
     from redis.exceptions import RedisError
@@ -225,11 +222,10 @@ def top(app_spec: str, *, interval_s: float, once: bool, workdir: str | None = N
     from mcp_celery.cli.top import reader_for, run_top
     from mcp_celery.core.celery_app import load_app, use_workdir
     from mcp_celery.redact import redact
-    from mcp_celery.settings import Settings
 
     if workdir is not None:
         use_workdir(workdir)
-    reader = reader_for(load_app(app_spec), Settings())
+    reader = reader_for(load_app(app_spec), settings)
 
     async def run() -> None:
         try:
@@ -245,8 +241,8 @@ def top(app_spec: str, *, interval_s: float, once: bool, workdir: str | None = N
         raise ConfigurationError(f"top: cannot read Redis: {redact(str(exc))}") from exc
 
 
-def _token_file(given: str | None) -> Path:
-    path = given or os.environ.get("MCP_CELERY_AUTH_TOKENS")
+def _token_file(given: str | None, settings: Settings) -> Path:
+    path = given or settings.auth_tokens
     if not path:
         raise ConfigurationError("no token file: pass --file PATH or set MCP_CELERY_AUTH_TOKENS")
     return Path(path)
@@ -263,7 +259,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument(
         "--log-format",
         choices=["text", "json"],
-        default=os.environ.get("MCP_CELERY_LOG_FORMAT", "text"),
+        default=None,  # then the process's Settings (MCP_CELERY_LOG_FORMAT, default text)
         help="json: one JSON object per line, with task id, tool and status (default: $MCP_CELERY_LOG_FORMAT or text)",
     )
     commands = root.add_subparsers(dest="command", required=True)
@@ -356,7 +352,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(client_cli.main(argv))
     root = parser()
     args, unknown = root.parse_known_args(argv)
-    logs.configure(args.log_level, args.log_format)
+    try:
+        settings = _process_settings(args)
+    except ConfigurationError as exc:
+        _refuse(exc)
+    logs.configure(args.log_level, args.log_format or settings.log_format)
     if args.command in CLIENT_COMMANDS:  # after the root's options (`mcp-celery --log-level INFO call ...`)
         from mcp_celery.client import _cli as client_cli
 
@@ -367,24 +367,37 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "serve":
             serve(
                 args.app,
+                settings,
                 workdir=args.workdir,
                 http=args.http,
                 host=args.host,
                 port=args.port,
                 workers=args.workers,
                 allow_unauthenticated=args.allow_unauthenticated,
-                metrics_port=args.metrics_port,
             )
         elif args.command == "top":
-            top(args.app, interval_s=args.interval, once=args.once, workdir=args.workdir)
+            top(args.app, settings, interval_s=args.interval, once=args.once, workdir=args.workdir)
         elif args.command == "token":
             from mcp_celery.server.edge.tokens import new_token
 
-            print(new_token(args.principal, _token_file(args.file)))
+            print(new_token(args.principal, _token_file(args.file, settings)))
         else:
             from mcp_celery.cli.demo import run_demo
 
             sys.exit(run_demo(port=args.port, keep_serving=args.serve))
     except McpCeleryError as exc:  # a configuration or tool definition that cannot work: one line says why
-        print(f"mcp-celery: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _refuse(exc)
+
+
+def _process_settings(args: argparse.Namespace) -> Settings:
+    """This process's one Settings: the environment, and (`serve --http`) --metrics-port over it."""
+    from mcp_celery.settings import Settings
+
+    if args.command == "serve" and args.http and args.metrics_port is not None:
+        return Settings(metrics_port=args.metrics_port)
+    return Settings()
+
+
+def _refuse(exc: McpCeleryError) -> NoReturn:
+    print(f"mcp-celery: {exc}", file=sys.stderr)
+    sys.exit(2)

@@ -11,12 +11,12 @@ Sampling requests (a job asking the client's model) go to `sampling_callback=`: 
 for an OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp), `CommandSampler(command)` for a program,
 both with tool use (`sampling_capabilities=SAMPLING_WITH_TOOLS`).
 
-Needs only `mcp`: importing it imports neither celery nor redis.
+Needs only `mcp`: importing it imports neither celery nor redis. The wire models it reads and sends
+(`DetailedTask`, `CreateTaskResult`, the `tasks/*` requests) are the server's too, in `mcp_celery.protocol`.
 
     _extension.py   TasksExtension: the client half of the extension on the SDK's ClientExtension seam
     _handle.py      TaskHandle: start, status, wait, result, cancel, answer
     _state.py       what one client process knows of the tasks it watches
-    _wire.py        the wire models as the client reads and sends them
     _errors.py      TaskError and its kinds (under `mcp_celery.errors.McpCeleryError`)
     _journal.py     the local journal of started tasks (SQLite)
     _sampling.py    CommandSampler; _openai.py OpenAISampler: answering sampling requests
@@ -36,7 +36,8 @@ from mcp_celery.client._handle import TaskHandle, start_task
 from mcp_celery.client._journal import JOURNAL_ENV, Journal, JournalEntry, ServerTarget, default_journal_path
 from mcp_celery.client._openai import OpenAISampler
 from mcp_celery.client._sampling import SAMPLING_WITH_TOOLS, CommandSampler
-from mcp_celery.client._wire import TASKS_EXTENSION_ID, TERMINAL_STATUSES, CreateTaskResult, DetailedTask, TaskStatus
+from mcp_celery.protocol import TASKS_EXTENSION as TASKS_EXTENSION_ID
+from mcp_celery.protocol import TERMINAL_STATUSES, CreateTaskResult, DetailedTask, TaskStatus
 
 __all__ = [
     "JOURNAL_ENV",

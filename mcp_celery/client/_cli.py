@@ -30,8 +30,8 @@ from mcp_celery.client._journal import Journal, ServerTarget
 from mcp_celery.client._openai import API_KEY_ENV, OpenAISampler
 from mcp_celery.client._sampling import DEFAULT_TIMEOUT_S, SAMPLING_WITH_TOOLS, CommandSampler
 from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal, sample_at_terminal
-from mcp_celery.client._wire import DetailedTask
 from mcp_celery.errors import McpCeleryError
+from mcp_celery.protocol import DetailedTask
 
 __all__ = ["EXIT_STATUSES", "TOKEN_ENV", "main", "parser", "register", "split_argv"]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
-from mcp_celery.client._wire import DetailedTask
 from mcp_celery.errors import McpCeleryError
+from mcp_celery.protocol import DetailedTask
 
 __all__ = ["NotATaskError", "TaskCancelledError", "TaskError", "TaskFailedError", "TaskInputError"]
 

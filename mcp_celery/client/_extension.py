@@ -26,7 +26,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_celery.client._handle import TaskHandle, final_result, start_task
 from mcp_celery.client._journal import Journal, ServerTarget
 from mcp_celery.client._state import InputHandler, TaskState
-from mcp_celery.client._wire import TASKS_EXTENSION_ID, CreateTaskResult, TaskNotificationParams
+from mcp_celery.protocol import TASKS_EXTENSION, CreateTaskResult, TaskNotificationParams
 
 __all__ = ["TasksExtension", "connect"]
 
@@ -40,7 +40,7 @@ class TasksExtension(ClientExtension):
         input_handler: answers input requests; default: the `Client`'s elicitation/sampling/roots callbacks.
     """
 
-    identifier = TASKS_EXTENSION_ID
+    identifier = TASKS_EXTENSION
 
     def __init__(
         self,

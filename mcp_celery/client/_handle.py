@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcp_celery.client._errors import NotATaskError, TaskCancelledError, TaskFailedError, TaskInputError
 from mcp_celery.client._state import TaskState
-from mcp_celery.client._wire import (
+from mcp_celery.protocol import (
     Ack,
     CancelTaskRequest,
     CreateTaskResult,

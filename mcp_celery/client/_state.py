@@ -15,7 +15,7 @@ from mcp.client.session import ClientRequestContext, ClientSession
 from mcp_types import ErrorData, InputRequest, InputResponse
 
 from mcp_celery.client._journal import Journal, ServerTarget
-from mcp_celery.client._wire import DetailedTask
+from mcp_celery.protocol import DetailedTask
 
 __all__ = ["InputHandler", "TaskState", "TaskWatch"]
 

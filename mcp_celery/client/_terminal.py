@@ -31,7 +31,7 @@ from rich.prompt import Confirm, FloatPrompt, IntPrompt, Prompt
 from rich.text import Text
 
 from mcp_celery.client._sampling import SamplingAnswer, declined
-from mcp_celery.client._wire import DetailedTask
+from mcp_celery.protocol import DetailedTask
 
 __all__ = ["Progress", "ask_yes_no", "elicit_at_terminal", "sample_at_terminal"]
 

@@ -23,7 +23,7 @@ from mcp_celery.core.binding import AppBinding
 from mcp_celery.core.task_options import settle
 from mcp_celery.core.tools import registry
 from mcp_celery.errors import ToolDefinitionError
-from mcp_celery.protocol import TASKS_EXTENSION
+from mcp_celery.protocol import TASKS_EXTENSION, TaskIdParams, UpdateTaskParams
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine.service import TaskService
 from mcp_celery.server.ops import metrics
@@ -31,7 +31,6 @@ from mcp_celery.server.plain import call as plain
 from mcp_celery.server.plain import lifecycle
 from mcp_celery.server.tasks import creation, envelope, handlers, listen
 from mcp_celery.server.tasks.envelope import RequestContext
-from mcp_celery.server.tasks.handlers import TaskIdParams, UpdateTaskParams
 from mcp_celery.settings import Settings
 
 __all__ = ["check_tool_names", "create_server"]

@@ -97,16 +97,7 @@ class AsyncStore:
         """Every task in the owner's set with its record: two round trips in all."""
         raw_ids = await self.redis.zrange(self.keys.owner_tasks(owner), 0, -1)
         ids = [as_text(i) for i in raw_ids if isinstance(i, bytes | str)]
-        if not ids:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for task_id in ids:
-                pipe.hgetall(self.keys.task(task_id))
-            replies = await pipe.execute()
-        return [
-            (task_id, TaskRecord.from_hash(task_id, decode_hash(raw)))
-            for task_id, raw in zip(ids, replies, strict=True)
-        ]
+        return list(zip(ids, await self.read_many(ids), strict=True))
 
     async def disown(self, owner: str, task_ids: list[str]) -> None:
         await self.redis.zrem(self.keys.owner_tasks(owner), *task_ids)

@@ -10,26 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pydantic
-from mcp import types
-
+from mcp_celery.protocol import TaskIdParams, UpdateTaskParams
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine.service import Found, TaskService
 from mcp_celery.server.tasks import envelope
 from mcp_celery.server.tasks.envelope import RequestContext
 
-__all__ = ["TaskIdParams", "UpdateTaskParams", "tasks_cancel", "tasks_get", "tasks_update"]
-
-
-class TaskIdParams(types.RequestParams):
-    task_id: str
-
-
-class UpdateTaskParams(TaskIdParams):
-    # Values stay untyped: answers under keys that are not outstanding are ignored,
-    # whatever they hold, so they must not fail validation here.
-    model_config = pydantic.ConfigDict(extra="allow")
-    input_responses: dict[str, Any]
+__all__ = ["tasks_cancel", "tasks_get", "tasks_update"]
 
 
 async def tasks_get(service: TaskService, ctx: RequestContext, params: TaskIdParams) -> dict[str, Any]:

@@ -17,7 +17,7 @@ cancels the handler, which unsubscribes its channels.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from mcp_celery.core.status import TaskView
-from mcp_celery.protocol import INVALID_PARAMS, QUEUED_MESSAGE, TASKS_NOTIFICATION, now_ms
+from mcp_celery.protocol import INVALID_PARAMS, QUEUED_MESSAGE, TaskStatusNotification, now_ms
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine.service import TaskService
 from mcp_celery.server.ops import metrics
@@ -34,19 +34,12 @@ from mcp_celery.server.tasks import envelope
 from mcp_celery.server.tasks.envelope import RequestContext
 from mcp_celery.store.schema import TaskRecord
 
-__all__ = ["TaskStatusNotification", "listen"]
+__all__ = ["listen"]
 
 logger = logging.getLogger(__name__)
 
 #: Most task ids one listen request may name.
 MAX_TASK_IDS = 1000
-
-
-class TaskStatusNotification(types.Notification[dict[str, Any], Literal["notifications/tasks"]]):
-    """`notifications/tasks`: params are a `DetailedTask` plus the subscription id in `_meta`."""
-
-    method: Literal["notifications/tasks"] = TASKS_NOTIFICATION
-    params: dict[str, Any]
 
 
 async def listen(
