@@ -38,6 +38,7 @@ from jobs import app
 from jobs._logfiles import LogFile, LogSearchError, admit, expand, log_root
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Progress, Query, SearchResult, available_cpus, search_files, validated
+from mcp_celery.errors import ArtifactError
 
 __all__ = [
     "PROCESSES_ENV",
@@ -111,6 +112,9 @@ class LogSearchResult(BaseModel):
         description=f"when total_matches is over max_matches: the matching lines in the {MATCHES_ARTIFACT} "
         "artifact (one JSON object per line: file, line_number, line), linked after this result",
     )
+    artifact_error: str | None = Field(
+        default=None, description=f"why the {MATCHES_ARTIFACT} artifact could not be kept (e.g. the store's quota)"
+    )
 
 
 def shards_so_far(members: Sequence[mcp_celery.MemberStatus]) -> str:
@@ -155,12 +159,16 @@ def log_search(
         ctx.run_workflow(chord(members, log_search_merge.s(max_matches, skipped, started)))
     try:
         result = search_files(root, files, query, skipped=skipped, tick=_Reporter(ctx), workers=search_processes())
-        in_artifact = None
+        extra: dict[str, Any] = {}
         if result.total_matches > len(result.matches):  # the cap was reached: every match goes in the artifact
-            in_artifact = _all_matches(ctx, root, files, replace(query, max_matches=result.total_matches))
+            try:
+                every = replace(query, max_matches=result.total_matches)
+                extra["matches_in_artifact"] = _all_matches(ctx, root, files, every)
+            except ArtifactError as exc:  # e.g. over the task's quota in Redis: the inline part stands
+                extra["artifact_error"] = str(exc)
     except LogSearchError as exc:
         raise mcp_celery.ProtocolError(-32602, str(exc)) from None
-    return _result(result, time.time() - started).model_copy(update={"matches_in_artifact": in_artifact})
+    return _result(result, time.time() - started).model_copy(update=extra)
 
 
 def _all_matches(ctx: mcp_celery.JobContext, root: Path, files: list[LogFile], query: Query) -> int:
@@ -171,7 +179,8 @@ def _all_matches(ctx: mcp_celery.JobContext, root: Path, files: list[LogFile], q
     the artifact a few more lines than `total_matches`.
     """
     ctx.status("writing every match to matches.jsonl")
-    every = search_files(root, files, query, tick=_Reporter(ctx), workers=search_processes())
+    tick = _Reporter(ctx, prefix=f"writing {MATCHES_ARTIFACT}: ")
+    every = search_files(root, files, query, tick=tick, workers=search_processes())
     with tempfile.TemporaryDirectory(prefix="log-search-") as folder:
         path = Path(folder) / "matches.jsonl"
         with path.open("w", encoding="utf-8") as out:
@@ -262,8 +271,9 @@ def log_search_merge(
 class _Reporter:
     """The search's tick: a cancel checkpoint every call, a statusMessage every STATUS_EVERY_S."""
 
-    def __init__(self, ctx: mcp_celery.JobContext) -> None:
+    def __init__(self, ctx: mcp_celery.JobContext, prefix: str = "") -> None:
         self._ctx = ctx
+        self._prefix = prefix
         self._last = float("-inf")
 
     def __call__(self, progress: Progress) -> None:
@@ -272,7 +282,7 @@ class _Reporter:
             self._ctx.check_cancelled()
             return
         self._last = now
-        self._ctx.status(describe(progress))  # a cancel checkpoint too
+        self._ctx.status(self._prefix + describe(progress))  # a cancel checkpoint too
 
 
 def describe(progress: Progress) -> str:

@@ -17,7 +17,9 @@ import base64
 import hashlib
 import io
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -306,3 +308,26 @@ def test_the_reviews_findings_come_as_sarif_that_the_schema_validates(stack: Sta
     (run,) = sarif["runs"]
     assert len(run["results"]) == len(findings) == 4
     assert {r["ruleId"] for r in run["results"]} == {"duplicate-code", "F401", "no-broad-except"}
+
+
+def test_the_cli_saves_every_artifact_of_a_task(stack: Stack, tmp_path: Path) -> None:
+    env = {**os.environ, "MCP_CELERY_CLIENT_JOURNAL": str(tmp_path / "journal"), "PYTHONPATH": str(ROOT)}
+    cli = [sys.executable, "-m", "mcp_celery"]
+    arguments = json.dumps({"paths": "small.log", "pattern": PATTERN, "max_matches": 2})
+    token = ["--token", stack.owner_token]
+    called = subprocess.run(
+        [*cli, "call", "log_search", "--args", arguments, "--url", stack.url, *token, "--json"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert called.returncode == 0, called.stderr
+    listed = subprocess.run([*cli, "tasks", "list", "--json"], env=env, capture_output=True, text=True, check=True)
+    task_id = json.loads(listed.stdout)[0]["taskId"]
+    saved = subprocess.run(
+        [*cli, "tasks", "get", task_id, "--save", str(tmp_path / "out"), *token, "--json"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert saved.returncode == 0, saved.stderr
+    assert f"saved {tmp_path / 'out' / 'matches.jsonl'}" in saved.stderr
+    link = links(json.loads(saved.stdout))["matches.jsonl"]
+    assert (tmp_path / "out" / "matches.jsonl").read_bytes() == stack.download(link).content
+    assert len((tmp_path / "out" / "matches.jsonl").read_text().splitlines()) == 32

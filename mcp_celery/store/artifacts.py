@@ -21,12 +21,12 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
 
 import fsspec
 from fsspec.core import url_to_fs
 
 from mcp_celery.errors import ArtifactError, ConfigurationError
+from mcp_celery.protocol import ARTIFACT_URI_PREFIX, artifact_uri, split_artifact_uri
 from mcp_celery.store.schema import ARTIFACT_PREFIX
 
 __all__ = [
@@ -49,7 +49,7 @@ MAX_NAME_LENGTH = 200
 #: `MCP_CELERY_ARTIFACTS` for artifacts kept in the store's Redis.
 REDIS = "redis"
 #: Every artifact URI starts so; then `{taskId}/artifacts/{name}`.
-URI_PREFIX = "mcp-celery://tasks/"
+URI_PREFIX = ARTIFACT_URI_PREFIX
 #: How much of a file is read at a time (hashing, streaming).
 CHUNK = 1024 * 1024
 
@@ -74,24 +74,16 @@ def check_name(name: object) -> str:
     return name
 
 
-def artifact_uri(task_id: str, name: str) -> str:
-    """The resource URI of a task's artifact."""
-    return f"{URI_PREFIX}{quote(task_id, safe='')}/artifacts/{quote(name, safe='')}"
-
-
 def parse_uri(uri: str) -> tuple[str, str] | None:
-    """`(task id, name)` of an artifact URI; None for anything else (a made-up or hostile URI)."""
-    if not uri.startswith(URI_PREFIX):
+    """`(task id, name)` of an artifact URI with a good name; None for anything else (made up, hostile)."""
+    parts = split_artifact_uri(uri)
+    if parts is None:
         return None
-    parts = uri[len(URI_PREFIX) :].split("/")
-    if len(parts) != 3 or parts[1] != "artifacts" or "?" in uri or "#" in uri:
-        return None
-    task_id, name = unquote(parts[0]), unquote(parts[2])
     try:
-        check_name(name)
+        check_name(parts[1])
     except ArtifactError:
         return None
-    return (task_id, name) if task_id and "/" not in task_id else None
+    return parts
 
 
 @dataclass(frozen=True)
