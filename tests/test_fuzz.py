@@ -383,10 +383,13 @@ def test_fuzz_hostile_resource_uris_all_get_the_not_found_error(
     @FUZZ
     @given(resource_uris([victim_task, "no-such-task"]))
     def one(uri: str) -> None:
-        name = uri if uri.isascii() and uri.isprintable() and uri else ""
+        # A header cannot carry what HTTP strips (edge whitespace): such a URI goes without Mcp-Name.
+        name = uri if uri.isascii() and uri.isprintable() and uri and uri == uri.strip() else ""
         reply = own.call("resources/read", {"uri": uri}, name=name)
         assert_jsonrpc(reply)
         assert "error" in reply, reply
+        if not name and reply["error"]["code"] == -32020:  # the SDK wants Mcp-Name first: refused before any lookup
+            return
         assert (reply["error"]["code"], reply["error"]["message"]) == (-32602, "Resource not found"), (uri, reply)
         parts = parse_uri(uri)
         if parts is not None:
@@ -397,6 +400,11 @@ def test_fuzz_hostile_resource_uris_all_get_the_not_found_error(
         )
 
     one()
+    for name in ("matches.jsonl", "x", "a b.txt"):  # well-formed URIs of another principal's task, for certain
+        uri = artifact_uri(victim_task, name)
+        reply = own.call("resources/read", {"uri": uri}, name=uri)
+        assert (reply["error"]["code"], reply["error"]["message"]) == (-32602, "Resource not found"), reply
+        assert download.get(f"{base}/artifacts/{victim_task}/{quote(name)}").status_code == 404
     print("resource URI fuzz:", seen)
     assert own.result("tools/list")["tools"]  # still serving
     own.close()
