@@ -9,7 +9,8 @@ the tools it asked for. The worker needs no model of its own. A client that does
 declines) still gets the deterministic findings, with the reason the model review was skipped.
 
 The worker reads the repository under `JOBS_REPO_ROOT` (confined as `log_search` is to its root);
-`path` is relative to it. Needs the `jobs` extra (ripgrep and ruff).
+`path` is relative to it. The findings are also attached as a SARIF 2.1.0 artifact
+(`findings.sarif`, `jobs._sarif`). Needs the `jobs` extra (ripgrep and ruff).
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ from jobs._review_agent import AgentOutcome, ReviewAgent
 from jobs._review_prompt import brief, system_prompt
 from jobs._review_tools import Toolbox, load_texts
 from jobs._rules import HouseRules, check_file, load_rules
+from jobs._sarif import sarif_log
 from mcp_celery.inputs import ToolChoiceMode
 
-__all__ = ["CodeReviewResult", "DuplicateBlock", "code_review"]
+__all__ = ["SARIF_ARTIFACT", "CodeReviewResult", "DuplicateBlock", "code_review"]
+
+#: The artifact that holds the findings as SARIF 2.1.0 (for code-scanning tools).
+SARIF_ARTIFACT, SARIF_TYPE = "findings.sarif", "application/sarif+json"
 
 MAX_TOKENS_PER_TURN = 4096
 MAX_TURNS_LIMIT = 50
@@ -108,6 +113,7 @@ def code_review(
     outcome = _model_review(ctx, toolbox, listing, focus, max_turns, checked)
     findings = sort_findings(checked.findings + outcome.findings)
     ctx.status(f"review done: {len(findings)} findings")
+    ctx.artifact(SARIF_ARTIFACT, sarif_log(findings, tool_version=mcp_celery.__version__), mime_type=SARIF_TYPE)
     return CodeReviewResult(
         path=listing.path,
         files_reviewed=len(listing.files),

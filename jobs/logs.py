@@ -2,7 +2,10 @@
 
 The worker reads the logs under `JOBS_LOG_ROOT`; the search itself lives in `jobs._logsearch`
 (ripgrep processes side by side, no Celery), this module only turns arguments into a query,
-progress into `statusMessage`, and bad arguments into JSON-RPC -32602 errors.
+progress into `statusMessage`, and bad arguments into JSON-RPC -32602 errors. Once more lines
+match than `max_matches`, every match is written to a JSON Lines artifact (`matches.jsonl`, linked
+from the result; `matches_in_artifact` says how many it holds). A sharded search (below) returns
+the inline part only.
 
 How many rg processes one search runs at once: `JOBS_LOG_SEARCH_PROCESSES` if set, else the CPUs
 the worker may use divided by its concurrency (at least one), so that a worker running one
@@ -18,9 +21,13 @@ file order: the same result as one process searching them all.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Annotated, Any
 
 from celery import chord, group, signals
@@ -31,10 +38,12 @@ from jobs import app
 from jobs._logfiles import LogFile, LogSearchError, admit, expand, log_root
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Progress, Query, SearchResult, available_cpus, search_files, validated
+from mcp_celery.errors import ArtifactError
 
 __all__ = [
     "PROCESSES_ENV",
     "SHARD_BYTES_ENV",
+    "MATCHES_ARTIFACT",
     "LogMatch",
     "LogSearchResult",
     "log_search",
@@ -46,6 +55,8 @@ __all__ = [
 
 STATUS_EVERY_S = 0.5  # statusMessage at most twice a second; cancel is checked every tick (20 ms)
 MAX_MATCHES_LIMIT = 10_000
+#: The artifact that holds every match once the inline cap is reached (JSON Lines).
+MATCHES_ARTIFACT = "matches.jsonl"
 #: rg processes one search runs at once (default: the CPUs the worker may use / its concurrency).
 PROCESSES_ENV = "JOBS_LOG_SEARCH_PROCESSES"
 #: Above this many bytes of files a search is sharded across the workers (and shards are about this big).
@@ -96,6 +107,14 @@ class LogSearchResult(BaseModel):
     skipped: list[str] = Field(description="files the glob matched but that were not searched, and why")
     rg_processes: int = Field(description=f"rg processes the search could run at once ({PROCESSES_ENV})")
     shards: int = Field(default=1, description=f"searches it was split into, across the workers ({SHARD_BYTES_ENV})")
+    matches_in_artifact: int | None = Field(
+        default=None,
+        description=f"when total_matches is over max_matches: the matching lines in the {MATCHES_ARTIFACT} "
+        "artifact (one JSON object per line: file, line_number, line), linked after this result",
+    )
+    artifact_error: str | None = Field(
+        default=None, description=f"why the {MATCHES_ARTIFACT} artifact could not be kept (e.g. the store's quota)"
+    )
 
 
 def shards_so_far(members: Sequence[mcp_celery.MemberStatus]) -> str:
@@ -140,9 +159,35 @@ def log_search(
         ctx.run_workflow(chord(members, log_search_merge.s(max_matches, skipped, started)))
     try:
         result = search_files(root, files, query, skipped=skipped, tick=_Reporter(ctx), workers=search_processes())
+        extra: dict[str, Any] = {}
+        if result.total_matches > len(result.matches):  # the cap was reached: every match goes in the artifact
+            try:
+                every = replace(query, max_matches=result.total_matches)
+                extra["matches_in_artifact"] = _all_matches(ctx, root, files, every)
+            except ArtifactError as exc:  # e.g. over the task's quota in Redis: the inline part stands
+                extra["artifact_error"] = str(exc)
     except LogSearchError as exc:
         raise mcp_celery.ProtocolError(-32602, str(exc)) from None
-    return _result(result, time.time() - started)
+    return _result(result, time.time() - started).model_copy(update=extra)
+
+
+def _all_matches(ctx: mcp_celery.JobContext, root: Path, files: list[LogFile], query: Query) -> int:
+    """Search again keeping every match, write them to `matches.jsonl` (an artifact); how many it holds.
+
+    A second pass, run only once the inline cap was reached (the first pass stops keeping lines at
+    the cap, so that a count over huge logs reads them once): a file that grows in between can give
+    the artifact a few more lines than `total_matches`.
+    """
+    ctx.status("writing every match to matches.jsonl")
+    tick = _Reporter(ctx, prefix=f"writing {MATCHES_ARTIFACT}: ")
+    every = search_files(root, files, query, tick=tick, workers=search_processes())
+    with tempfile.TemporaryDirectory(prefix="log-search-") as folder:
+        path = Path(folder) / "matches.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            for m in every.matches:
+                out.write(json.dumps({"file": m.file, "line_number": m.line_number, "line": m.line}) + "\n")
+        ctx.artifact(MATCHES_ARTIFACT, path=path, mime_type="application/jsonl")
+    return len(every.matches)
 
 
 def _query(criteria: dict[str, Any], max_matches: int) -> Query:
@@ -226,8 +271,9 @@ def log_search_merge(
 class _Reporter:
     """The search's tick: a cancel checkpoint every call, a statusMessage every STATUS_EVERY_S."""
 
-    def __init__(self, ctx: mcp_celery.JobContext) -> None:
+    def __init__(self, ctx: mcp_celery.JobContext, prefix: str = "") -> None:
         self._ctx = ctx
+        self._prefix = prefix
         self._last = float("-inf")
 
     def __call__(self, progress: Progress) -> None:
@@ -236,7 +282,7 @@ class _Reporter:
             self._ctx.check_cancelled()
             return
         self._last = now
-        self._ctx.status(describe(progress))  # a cancel checkpoint too
+        self._ctx.status(self._prefix + describe(progress))  # a cancel checkpoint too
 
 
 def describe(progress: Progress) -> str:

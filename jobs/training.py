@@ -5,7 +5,9 @@ task sees the same data); a multi-layer perceptron learns it one epoch per `part
 epoch the job writes a checkpoint (model, optimizer state, best model so far, history) keyed by the MCP
 task id, and reports `epoch 7/20, val accuracy 0.953` as the task's `statusMessage`, which is also a
 cancel checkpoint. Training stops early after `patience` epochs without an improvement of at least
-`min_delta`. At the end the job asks the user whether to save the best model. The
+`min_delta`. The best model (`model.joblib`) and the per-epoch metrics (`metrics.csv`) are attached
+to the result as artifacts. At the end the job asks the user whether to save the best model on the
+worker's disk as well. The
 question parks the job after the tool's park window (`mcp_celery.worker.parking`): the training runs
 inside `ctx.once`, so the resumed job does not fit the model again; the best model waits on disk.
 
@@ -23,8 +25,10 @@ Needs the `jobs` extra: `pip install -e '.[jobs]'` (scikit-learn).
 from __future__ import annotations
 
 import copy
+import csv
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import re
@@ -47,6 +51,8 @@ import mcp_celery
 from jobs import app
 
 __all__ = [
+    "METRICS_ARTIFACT",
+    "MODEL_ARTIFACT",
     "EpochMetrics",
     "Hyperparameters",
     "TrainingResult",
@@ -54,12 +60,15 @@ __all__ = [
     "artifact_dir",
     "checkpoint_path",
     "make_dataset",
+    "metrics_csv",
     "model_path",
     "train",
     "train_model",
     "write_atomically",
 ]
 
+#: The artifacts of every finished training: the best model (joblib) and the per-epoch metrics (CSV).
+MODEL_ARTIFACT, METRICS_ARTIFACT = "model.joblib", "metrics.csv"
 SAVE_QUESTION = {
     "type": "object",
     "properties": {"save": {"type": "boolean", "title": "Save the model", "default": True}},
@@ -185,6 +194,16 @@ def _train_one_epoch(state: TrainingState, data: Dataset, min_delta: float) -> E
     return metrics
 
 
+def metrics_csv(history: list[EpochMetrics]) -> str:
+    """The per-epoch metrics as CSV, a header line first."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["epoch", "val_accuracy", "train_loss", "seconds", "finished_at"])
+    for m in history:
+        writer.writerow([m.epoch, m.val_accuracy, m.train_loss, m.seconds, m.finished_at])
+    return out.getvalue()
+
+
 def _ask_to_save(ctx: mcp_celery.JobContext, trained: TrainingResult) -> bool:
     epochs = f"{trained.epochs_run} epochs"
     how = f"stopped early after {epochs}" if trained.stopped_early else epochs
@@ -285,6 +304,9 @@ def _train_and_keep(ctx: mcp_celery.JobContext, params: Hyperparameters) -> dict
     """Train, keep the best model until the user decides, and return the result (not saved yet) as JSON."""
     state, resumed_from = train(ctx, ctx.task_id, params)
     write_atomically(state.best_model, trained_path(ctx.task_id))
+    # Handed over whatever the answer to the question below: the client downloads what the server keeps.
+    ctx.artifact(MODEL_ARTIFACT, path=trained_path(ctx.task_id), mime_type="application/octet-stream")
+    ctx.artifact(METRICS_ARTIFACT, metrics_csv(state.history), mime_type="text/csv")
     return TrainingResult(
         epochs_run=state.epoch,
         best_epoch=state.best_epoch,

@@ -6,6 +6,7 @@
      │    └── RedisUnreachable    (store.probe) no Redis answers at the configured URL
      ├── InputNotSupported        a job asked for input the client cannot give
      ├── InputTimeout             a job's input request was not answered in time
+     ├── ArtifactError            a job's artifact has a bad name, or is over the task's quota
      ├── ProtocolError            raised by a job: the task ends `failed` with this JSON-RPC error
      ├── NotReplicated            a write fewer Redis replicas confirmed than asked for
      │    └── NotOnPrimary        (store.replication) the write reached a replaced primary
@@ -32,6 +33,7 @@ from mcp_celery.redact import redact
 
 __all__ = [
     "STORE_UNAVAILABLE",
+    "ArtifactError",
     "ConfigurationError",
     "InputNotSupported",
     "InputTimeout",
@@ -78,6 +80,10 @@ class InputNotSupported(McpCeleryError):
 
 class InputTimeout(McpCeleryError):
     """The client did not answer the job's input request within the timeout."""
+
+
+class ArtifactError(McpCeleryError):
+    """`JobContext.artifact` refused a file: its name is not allowed, or the task's quota is used up."""
 
 
 class ProtocolError(McpCeleryError):

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
+from urllib.parse import quote, unquote
 
 from mcp_types import (
     HEADER_MISMATCH,
@@ -41,6 +42,7 @@ from mcp_types import (
 from pydantic import ConfigDict
 
 __all__ = [
+    "ARTIFACT_URI_PREFIX",
     "CAPABILITY_FOR_METHOD",
     "CLIENT_CAPABILITIES_META",
     "CLIENT_INFO_META",
@@ -72,6 +74,7 @@ __all__ = [
     "TaskStatusNotification",
     "UpdateTaskParams",
     "UpdateTaskRequest",
+    "artifact_uri",
     "call_tool_result",
     "client_capabilities",
     "create_task_result",
@@ -84,6 +87,7 @@ __all__ = [
     "request_body",
     "request_headers",
     "request_meta",
+    "split_artifact_uri",
     "task_handle_result",
     "tool_error_result",
     "with_task_handle",
@@ -435,3 +439,26 @@ def request_headers(method: str, name: str | None = None) -> dict[str, str]:
     if name:
         headers["Mcp-Name"] = name
     return headers
+
+
+# ---------------------------------------------------------------- artifact resources
+
+#: Every artifact URI starts so; then `{taskId}/artifacts/{name}` (`mcp_celery.store.artifacts`).
+ARTIFACT_URI_PREFIX = "mcp-celery://tasks/"
+
+
+def artifact_uri(task_id: str, name: str) -> str:
+    """The resource URI of a task's artifact, both parts percent-encoded."""
+    return f"{ARTIFACT_URI_PREFIX}{quote(task_id, safe='')}/artifacts/{quote(name, safe='')}"
+
+
+def split_artifact_uri(uri: str) -> tuple[str, str] | None:
+    """`(task id, name)` of a URI shaped as an artifact's, decoded; None for any other shape. The name is
+    not checked here (`mcp_celery.store.artifacts.parse_uri` does)."""
+    if not uri.startswith(ARTIFACT_URI_PREFIX) or "?" in uri or "#" in uri:
+        return None
+    parts = uri[len(ARTIFACT_URI_PREFIX) :].split("/")
+    if len(parts) != 3 or parts[1] != "artifacts":
+        return None
+    task_id, name = unquote(parts[0]), unquote(parts[2])
+    return (task_id, name) if task_id and name and "/" not in task_id else None

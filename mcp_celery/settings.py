@@ -193,6 +193,31 @@ class Settings(BaseSettings):
         description="Comma-separated host names (optionally host:port) accepted in Host and Origin headers, "
         "besides localhost; `*` turns the check off (e.g. behind a proxy that checks them).",
     )
+    artifacts: str = Field(
+        default="redis",
+        description="Where ctx.artifact() stores a task's files: 'redis' (in the store, under the task's keys, "
+        "expiring with it) or an fsspec URL that every worker and server process reaches: file:///srv/artifacts "
+        "on a shared volume, memory:// (one process only: tests), s3://bucket/prefix with s3fs installed "
+        "(docs/guides/artifacts.md).",
+    )
+    artifact_max_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        gt=0,
+        description="Most bytes of artifacts one task may keep in Redis (MCP_CELERY_ARTIFACTS=redis); "
+        "ctx.artifact() raises past it. An fsspec store has no quota of mcp-celery's.",
+    )
+    artifact_read_max_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        gt=0,
+        description="Largest artifact resources/read returns (as text or base64); a larger one is refused with "
+        "a message naming the HTTP download, GET /artifacts/{taskId}/{name}.",
+    )
+    artifact_sweep_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often each server removes the fsspec artifact folders of tasks whose record has "
+        "expired (MCP_CELERY_ARTIFACTS=URL only; Redis expires its own).",
+    )
     max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest HTTP body (else HTTP 413).")
     max_json_depth: int = Field(default=32, gt=0, description="Deepest nesting of tool arguments and answers.")
     max_argument_bytes: int = Field(default=1024 * 1024, gt=0, description="Largest tool arguments, as JSON.")

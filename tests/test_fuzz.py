@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import queue
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -28,7 +30,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mcp_celery.errors import ArtifactError
 from mcp_celery.server.edge import tokens
+from mcp_celery.store.artifacts import FsspecArtifacts, artifact_uri, check_name, parse_uri
 from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.testing.processes import stop_group
 from tests import sample_jobs
@@ -338,3 +342,73 @@ def test_fuzz_stdio(
     finally:
         stop_group(proc)
         log.close()
+
+
+# ---------------------------------------------------------------- artifact names and resource URIs
+
+hostile_names = st.text(max_size=220) | st.sampled_from(
+    ["..", ".", "../x", "..\\x", "a/../../etc/passwd", "%2e%2e", "%2F", "\x00", "a\nb", "x" * 201, "CON", " "]
+)
+
+
+@FUZZ
+@given(hostile_names)
+def test_fuzz_artifact_names_stay_one_segment_inside_the_tasks_folder(name: str) -> None:
+    try:
+        check_name(name)
+    except ArtifactError:
+        return
+    assert 0 < len(name) <= 200 and name.isprintable()
+    assert "/" not in name and "\\" not in name and ".." not in name
+    assert parse_uri(artifact_uri("t1", name)) == ("t1", name)
+    path = FsspecArtifacts("memory://fuzz-names").path("t1", name)
+    assert posixpath.dirname(path) == "/fuzz-names/t1" and posixpath.normpath(path) == path
+
+
+@st.composite
+def resource_uris(draw: st.DrawFn, task_ids: list[str]) -> str:
+    """URIs a hostile client might try: other tasks, traversals, encodings, other schemes, garbage."""
+    scheme = draw(st.sampled_from(["mcp-celery://tasks/", "mcp-celery://", "file:///", "", "MCP-CELERY://tasks/"]))
+    task = draw(st.sampled_from(task_ids) | st.sampled_from(["..", "%2e%2e", "a%2Fb", ""]) | st.text(max_size=20))
+    middle = draw(st.sampled_from(["/artifacts/", "/artifacts/../", "/output", "/", "/artifacts//"]))
+    name = draw(hostile_names | st.sampled_from(["matches.jsonl", "..%2F..%2Fetc%2Fpasswd", "x?y", "x#y"]))
+    return draw(mostly(st.just(f"{scheme}{task}{middle}{name}"), st.text(max_size=60)))
+
+
+def test_fuzz_hostile_resource_uris_all_get_the_not_found_error(
+    fuzz_url: str, principals: Principals, victim_task: str
+) -> None:
+    own = HttpClient(fuzz_url, principals.fuzzer)
+    download = httpx.Client(timeout=30, headers={"Authorization": f"Bearer {principals.fuzzer}"})
+    base = fuzz_url.removesuffix("/mcp")
+    seen: dict[str, int] = {}
+
+    @FUZZ
+    @given(resource_uris([victim_task, "no-such-task"]))
+    def one(uri: str) -> None:
+        # A header cannot carry what HTTP strips (edge whitespace): such a URI goes without Mcp-Name.
+        name = uri if uri.isascii() and uri.isprintable() and uri and uri == uri.strip() else ""
+        reply = own.call("resources/read", {"uri": uri}, name=name)
+        assert_jsonrpc(reply)
+        assert "error" in reply, reply
+        if not name and reply["error"]["code"] == -32020:  # the SDK wants Mcp-Name first: refused before any lookup
+            return
+        assert (reply["error"]["code"], reply["error"]["message"]) == (-32602, "Resource not found"), (uri, reply)
+        parts = parse_uri(uri)
+        if parts is not None:
+            path = f"/artifacts/{quote(parts[0], safe='')}/{quote(parts[1], safe='')}"
+            assert download.get(base + path).status_code == 404, uri
+        seen["parsed" if parts else "not an artifact URI"] = (
+            seen.get("parsed" if parts else "not an artifact URI", 0) + 1
+        )
+
+    one()
+    for name in ("matches.jsonl", "x", "a b.txt"):  # well-formed URIs of another principal's task, for certain
+        uri = artifact_uri(victim_task, name)
+        reply = own.call("resources/read", {"uri": uri}, name=uri)
+        assert (reply["error"]["code"], reply["error"]["message"]) == (-32602, "Resource not found"), reply
+        assert download.get(f"{base}/artifacts/{victim_task}/{quote(name)}").status_code == 404
+    print("resource URI fuzz:", seen)
+    assert own.result("tools/list")["tools"]  # still serving
+    own.close()
+    download.close()

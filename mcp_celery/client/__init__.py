@@ -22,6 +22,7 @@ Needs only `mcp`: importing it imports neither celery nor redis. The wire models
     _sampling.py    CommandSampler; _openai.py OpenAISampler: answering sampling requests
     _terminal.py    the progress line and prompts of `mcp-celery call`
     _cli.py         `mcp-celery call` and `mcp-celery tasks list|get|wait|cancel`
+    _artifacts.py   `tasks get --save DIR`: a task's artifacts downloaded (HTTP) or read (stdio)
 """
 
 from mcp_celery.client._errors import (

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mcp_celery.client._artifacts import save_artifacts
 from mcp_celery.client._errors import NotATaskError
 from mcp_celery.client._extension import TasksExtension, connect
 from mcp_celery.client._handle import TaskHandle
@@ -82,6 +84,10 @@ def _task_options(parser: argparse.ArgumentParser, action: str) -> None:
     _common(parser)
     if action == "wait":
         _sampling_options(parser)
+    if action == "get":
+        parser.add_argument(
+            "--save", metavar="DIR", help="download every artifact the task's result links into DIR (made if missing)"
+        )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -282,6 +288,9 @@ async def _task_command(args: argparse.Namespace, journal: Journal, console: Con
         if args.action == "get":
             task = await handle.status()
             print(_task_json(task) if args.json else _task_text(task))
+            if args.save:
+                for path in await save_artifacts(task.result, entry.target, args.token, Path(args.save), client):
+                    print(f"saved {path}", file=sys.stderr)
             return EXIT_OK
         return _report(await _watch(handle, progress), args.json, console)
 

@@ -24,7 +24,7 @@ state has been frozen into the record it is returned as it is, for ever.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,6 +41,7 @@ from mcp_celery.protocol import (
     now_ms,
 )
 from mcp_celery.redact import redact
+from mcp_celery.store.artifacts import ArtifactMeta
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import TaskRecord
 
@@ -284,10 +285,19 @@ def _terminal(
 ) -> TaskView:
     if state == "SUCCESS":
         result = call_tool_result(meta.get("result"), structured=structured)
-        return TaskView("completed", done_ms, result=result)
+        return TaskView("completed", done_ms, result=with_artifacts(result, record))
     if state == "REVOKED":
         return TaskView("cancelled", done_ms, _exception_text(meta.get("result")) or "cancelled")
-    return _failure(meta, done_ms, record.tool, debug)
+    view = _failure(meta, done_ms, record.tool, debug)
+    return view if view.result is None else replace(view, result=with_artifacts(view.result, record))
+
+
+def with_artifacts(result: dict[str, Any], record: TaskRecord) -> dict[str, Any]:
+    """`result` with a `resource_link` block for each of the task's artifacts after the job's own content."""
+    if not record.artifacts:
+        return result
+    links = [ArtifactMeta.from_json(name, meta).link(record.task_id) for name, meta in record.artifacts.items()]
+    return {**result, "content": [*result.get("content", []), *links]}
 
 
 def _failure(meta: dict[str, Any], done_ms: int, tool: str, debug: bool) -> TaskView:

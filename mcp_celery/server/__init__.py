@@ -2,6 +2,8 @@
 
     app.py       create_server: wiring and lifespan
     http.py      the Streamable HTTP ASGI app (`mcp-celery serve --http`): wiring only
+    resources.py resources/read: a task's artifacts as MCP resources
+    downloads.py GET /artifacts/{taskId}/{name}: an artifact streamed over HTTP, with Range requests
     engine/      the task engine: create, find, answer, cancel; the reaper, events, publishing
     tasks/       the SEP-2663 surface: tools/call, tasks/get|update|cancel, subscriptions/listen
     plain/       the fallback for hosts without the extension: plain calls and the task_* tools

@@ -24,6 +24,7 @@ from mcp_celery.core.task_options import settle
 from mcp_celery.core.tools import registry
 from mcp_celery.errors import ToolDefinitionError
 from mcp_celery.protocol import TASKS_EXTENSION, TaskIdParams, UpdateTaskParams
+from mcp_celery.server import resources
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine.service import TaskService
 from mcp_celery.server.ops import metrics
@@ -33,10 +34,17 @@ from mcp_celery.server.tasks import creation, envelope, handlers, listen
 from mcp_celery.server.tasks.envelope import RequestContext
 from mcp_celery.settings import Settings
 
-__all__ = ["check_tool_names", "create_server"]
+__all__ = ["check_tool_names", "create_server", "serving"]
 
 
 def create_server(app: Celery, settings: Settings | None = None, *, name: str | None = None) -> Server[Any]:
+    """An MCP server for every tool registered on `app`: `serving(...)`'s server (its docstring says more)."""
+    return serving(app, settings, name=name)[0]
+
+
+def serving(
+    app: Celery, settings: Settings | None = None, *, name: str | None = None
+) -> tuple[Server[Any], TaskService]:
     """An MCP server for every tool registered on `app` (build it after importing the job module).
 
     The tools' Celery options are settled from the app's configuration as it is now
@@ -82,7 +90,7 @@ def create_server(app: Celery, settings: Settings | None = None, *, name: str | 
     server.middleware.insert(0, _trace_context_of_http_headers)
     _add_handlers(server, service)
     server.extensions[TASKS_EXTENSION] = {}
-    return server
+    return server, service
 
 
 async def _trace_context_of_http_headers(ctx: RequestContext, call_next: CallNext) -> HandlerResult:
@@ -178,8 +186,30 @@ def _add_handlers(server: Server[Any], service: TaskService) -> None:
     server.add_request_handler("tasks/get", TaskIdParams, metrics.measured("tasks/get", guard(tasks_get)))
     server.add_request_handler("tasks/update", UpdateTaskParams, metrics.measured("tasks/update", guard(tasks_update)))
     server.add_request_handler("tasks/cancel", TaskIdParams, metrics.measured("tasks/cancel", guard(tasks_cancel)))
+
+    _add_resource_handlers(server, service)
     server.add_request_handler(
         "subscriptions/listen",
         types.SubscriptionsListenRequestParams,
         metrics.measured("subscriptions/listen", guard(subscriptions_listen)),
+    )
+
+
+def _add_resource_handlers(server: Server[Any], service: TaskService) -> None:
+    """`resources/read` of the tasks' artifacts, and an empty `resources/list` (so the capability is declared)."""
+    guard = functools.partial(limits.safe_errors, service.settings)
+
+    async def read_resource(ctx: RequestContext, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return await resources.read_resource(service, ctx, params)
+
+    async def list_resources(
+        ctx: RequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return await resources.list_resources(service, ctx, params)
+
+    server.add_request_handler(
+        "resources/read", types.ReadResourceRequestParams, metrics.measured("resources/read", guard(read_resource))
+    )
+    server.add_request_handler(
+        "resources/list", types.PaginatedRequestParams, metrics.measured("resources/list", guard(list_resources))
     )

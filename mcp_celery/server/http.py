@@ -9,6 +9,9 @@ while a plain call waits for its job). SSE costs every request the SDK's streami
 (measured: about half a millisecond of CPU and more latency per `tools/call`), so only a POST whose
 body carries a `progressToken` takes the streaming app; `subscriptions/listen` streams in either.
 
+`GET /artifacts/{taskId}/{name}` (`mcp_celery.server.downloads`) is a route of the JSON app, where
+every GET goes, authenticated with the MCP endpoint's own token verifier.
+
 In front of both, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint and its
 authentication (`mcp_celery.server.ops.operations`).
 """
@@ -21,15 +24,18 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from mcp_celery.core.celery_app import load_app
-from mcp_celery.server.app import create_server
+from mcp_celery.server.app import serving
+from mcp_celery.server.downloads import Downloads
 from mcp_celery.server.edge import auth
 from mcp_celery.server.edge.refusals import RewordedRefusals
 from mcp_celery.server.ops import metrics
 from mcp_celery.server.ops.operations import OperationsRoutes
 from mcp_celery.server.ops.probes import Readiness
+from mcp_celery.server.resources import DOWNLOAD_PATH
 from mcp_celery.settings import Settings
 
 __all__ = ["APP_ENV", "HOST_ENV", "PORT_ENV", "ProgressRouter", "http_app", "http_app_from_env", "metrics_app"]
@@ -60,9 +66,13 @@ def http_app(app_spec: str, host: str, port: int, settings: Settings | None = No
     settings = settings or Settings()  # given by `serve`; built here once per server process of --workers N
     metrics.configure(settings)
     celery_app = load_app(app_spec)
-    server = create_server(celery_app, settings)
+    server, service = serving(celery_app, settings)
     options = auth.http_app_options(settings, host, port)
-    json_app = server.streamable_http_app(stateless_http=True, json_response=True, **options)
+    # GET /artifacts/{taskId}/{name}: artifacts of any size, with /mcp's credentials (`downloads`).
+    download = Route(DOWNLOAD_PATH, Downloads(service, options.get("token_verifier")).endpoint, methods=["GET"])
+    json_app = server.streamable_http_app(
+        stateless_http=True, json_response=True, custom_starlette_routes=[download], **options
+    )
     streaming_app = server.streamable_http_app(stateless_http=True, json_response=False, **options)
     # The SDK's bare refusals (413, 421, 403, a body that is not JSON-RPC) say what to do.
     mcp: ASGIApp = RewordedRefusals(ProgressRouter(json_app, streaming_app, settings.max_request_bytes), settings)

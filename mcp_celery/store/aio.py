@@ -311,6 +311,22 @@ class AsyncStore:
         """True for the one caller that launches the workflow's merge step (`mcp_celery.core.workflows`)."""
         return bool(await self.redis.hsetnx(self.keys.task(task_id), FIELD.MERGING, now_ms))  # type: ignore[misc]
 
+    async def artifact_bytes(self, task_id: str, name: str, start: int, end: int) -> bytes | None:
+        """Bytes `start` to `end` (exclusive) of an artifact kept in Redis; None when its key is gone."""
+        key = self.keys.artifact(task_id, name)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(key)
+            pipe.getrange(key, start, end - 1)
+            found, data = await pipe.execute()
+        return bytes(data) if found and end > start else (b"" if found else None)
+
+    async def records_exist(self, task_ids: Sequence[str]) -> list[bool]:
+        """Whether each task's record exists (the artifact sweep's question), in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.exists(self.keys.task(task_id))
+            return [bool(found) for found in await pipe.execute()]
+
     async def delete(self, task_id: str) -> None:
         await self.redis.delete(self.keys.task(task_id))
 

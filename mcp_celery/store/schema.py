@@ -106,6 +106,8 @@ class FIELD:
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
 INPUT_FIELD_PREFIX = "in:"
+#: Prefix of the task-hash fields that hold the task's artifacts (`mcp_celery.store.artifacts`).
+ARTIFACT_PREFIX = "art:"
 
 #: The record fields a starting job reads.
 JOB_FIELDS = (
@@ -166,6 +168,10 @@ class Keys:
     def events(self, task_id: str) -> str:
         """The pub/sub channel on which every visible change of the task is announced."""
         return f"{self.task(task_id)}:events"
+
+    def artifact(self, task_id: str, name: str) -> str:
+        """The bytes of a task's artifact `name` (`MCP_CELERY_ARTIFACTS=redis`; `mcp_celery.store.artifacts`)."""
+        return f"{self.task(task_id)}:artifact:{name}"
 
     def live(self) -> str:
         """Sorted set of running tasks scored by the time their heartbeat runs out (ms).
@@ -288,6 +294,8 @@ class TaskRecord:
     parked_until_ms: int | None = None
     #: The signature that resumes a job which parked (kept after the resume: a lost message is sent again).
     resume: str | None = None
+    #: The task's artifacts: name -> its meta (JSON, `mcp_celery.store.artifacts.ArtifactMeta`), in write order.
+    artifacts: dict[str, str] = field(default_factory=lambda: {})
 
     def to_hash(self) -> dict[str, str]:
         """Fields written when the task is created (the rest are written as it runs)."""
@@ -340,6 +348,7 @@ class TaskRecord:
             workflow=raw.get(FIELD.WORKFLOW) or None,
             parked_until_ms=_int_or_none(raw.get(FIELD.PARKED)),
             resume=raw.get(FIELD.RESUME) or None,
+            artifacts={k[len(ARTIFACT_PREFIX) :]: v for k, v in raw.items() if k.startswith(ARTIFACT_PREFIX)},
         )
 
     @property

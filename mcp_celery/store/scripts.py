@@ -14,10 +14,11 @@ for a cluster store (sharded pub/sub), the one place the command changes.
 from __future__ import annotations
 
 from mcp_celery.store.ended import ENDED
-from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS
+from mcp_celery.store.schema import ARTIFACT_PREFIX, FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS
 
 __all__ = [
     "ANSWER",
+    "ARTIFACT_PUT",
     "BEAT",
     "CANCEL",
     "FREEZE",
@@ -310,4 +311,34 @@ redis.call('HDEL', KEYS[1], '{FIELD.ALIVE_UNTIL}', '{FIELD.TAKEN}', '{FIELD.LOST
 if redis.call('HEXISTS', KEYS[1], '{FIELD.RUNS}') == 1 then redis.call('HINCRBY', KEYS[1], '{FIELD.RUNS}', -1) end
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return 'parked'
+"""
+
+
+# KEYS[1] task hash, then KEYS[2] the artifact's bytes when they are kept in Redis.
+# ARGV[1] the artifact's name, ARGV[2] its meta (JSON), ARGV[3] its size, ARGV[4] the task's quota
+# (bytes of artifacts in Redis) or '', ARGV[5] the bytes (with KEYS[2]).
+# An artifact of a task whose record still exists, in one step: the quota counts every other
+# artifact of the task (one written again under the same name replaces it); the bytes expire with
+# the record as it stands (JOB_END's caller expires them again with it, `SyncStore.expire_artifacts`).
+# Returns {1, 0} when stored, {0, used} when over the quota, {-1, 0} when the record is gone.
+ARTIFACT_PUT = f"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0}} end
+local field = '{ARTIFACT_PREFIX}' .. ARGV[1]
+if ARGV[4] ~= '' then
+  local used = 0
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if all[i] ~= field and string.sub(all[i], 1, {len(ARTIFACT_PREFIX)}) == '{ARTIFACT_PREFIX}' then
+      used = used + cjson.decode(all[i + 1])['size']
+    end
+  end
+  if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return {{0, used}} end
+end
+if #KEYS > 1 then
+  redis.call('SET', KEYS[2], ARGV[5])
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+end
+redis.call('HSET', KEYS[1], field, ARGV[2])
+return {{1, 0}}
 """

@@ -4,6 +4,7 @@
     context.py       JobContext: status, questions, cancel checks, `once`, workflows, from inside a job
     execution.py     running one job: the code around every tool's Celery task body
     outcome.py       a job's outcome in the shape of Celery's result meta
+    artifacts.py     `JobContext.artifact`: files handed over beside the result
     heartbeat.py     the heartbeat of running jobs
     parking.py       a job whose question stays open ends its run; the answer runs it again
     taken.py         the `taken` mark from the ack until the job starts

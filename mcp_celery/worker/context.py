@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, overload
 
 from celery import Signature, chord
@@ -23,7 +24,7 @@ from mcp_celery import logs
 from mcp_celery.core.canvas import FAILED_HEADER
 from mcp_celery.core.status import READY_STATES
 from mcp_celery.core.workflows import FailurePolicy
-from mcp_celery.errors import InputNotSupported, InputTimeout, TaskCancelled
+from mcp_celery.errors import ArtifactError, InputNotSupported, InputTimeout, TaskCancelled
 from mcp_celery.inputs import (
     ToolChoiceMode,
     elicitation,
@@ -36,6 +37,7 @@ from mcp_celery.protocol import now_ms
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.store.sync import MEMO_PREFIX, AnswerWait, SyncStore
 from mcp_celery.worker import parking, workflow
+from mcp_celery.worker.artifacts import ArtifactSink
 from mcp_celery.worker.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
@@ -89,8 +91,10 @@ class JobContext:
         queue_check_s: float | None = None,
         heartbeat: Heartbeat | None = None,
         park_after_s: float | None = None,
+        artifacts: ArtifactSink | None = None,
     ) -> None:
         self._task = task
+        self._artifacts = artifacts
         self._heartbeat = heartbeat
         #: How long this run has waited for answers (ms): the ended stream's time in input_required.
         self.input_wait_ms = 0
@@ -219,6 +223,43 @@ class JobContext:
         self._send_event("task-progress", result=self._unsent_progress)
         self._unsent_progress = None
         self._next_progress_event = time.monotonic() + PROGRESS_EVENT_INTERVAL_S
+
+    def artifact(
+        self,
+        name: str,
+        data: bytes | str | None = None,
+        *,
+        path: str | Path | None = None,
+        mime_type: str | None = None,
+    ) -> dict[str, Any]:
+        """Hand over a file beside the result: `data` (bytes or text) or the file at `path`.
+
+        The task's final result lists every artifact as a `resource_link` after the job's own content,
+        and clients read it with `resources/read` (up to MCP_CELERY_ARTIFACT_READ_MAX_BYTES) or download
+        it (`GET /artifacts/{taskId}/{name}`, `mcp-celery tasks get ID --save DIR`). It lives as long as
+        the task's record, also when the task fails or is cancelled. Writing a name again replaces it.
+
+        Args:
+            name: one path segment of printable characters, at most 200, without `..`.
+            data: the content; text is stored as UTF-8.
+            path: a file the job wrote, instead of `data`.
+            mime_type: its MIME type (default: guessed from the name; text/plain or application/octet-stream).
+
+        Returns:
+            The artifact's `resource_link` content block (`type`, `uri`, `name`, `mimeType`, `size`).
+
+        Raises:
+            ArtifactError: a bad name, neither or both of `data` and `path`, the task's artifacts in Redis
+                over MCP_CELERY_ARTIFACT_MAX_BYTES, or a job run outside an MCP task.
+        """
+        if self._artifacts is None:
+            raise ArtifactError("ctx.artifact() needs an MCP task: this job was started outside MCP")
+        return self._artifacts.put(name, data, path, mime_type)
+
+    @property
+    def wrote_artifacts(self) -> bool:
+        """Whether this run handed over an artifact."""
+        return self._artifacts is not None and self._artifacts.wrote
 
     def sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the client cancels.

@@ -31,6 +31,7 @@ from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Lifetimes, TaskRecord
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker import outcome, parking
+from mcp_celery.worker.artifacts import ArtifactSink
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
 from mcp_celery.worker.heartbeat import Heartbeat
@@ -78,6 +79,7 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
         queue_check_s=queue_check_s,
         heartbeat=heartbeat,
         park_after_s=None if record.sync else parking.park_after_s(celery_task, settings.park_after_s),
+        artifacts=ArtifactSink(store, record.task_id, settings.artifacts, settings.artifact_max_bytes),
     )
     heartbeat.node = heartbeat.node or str(celery_task.request.hostname or "")
     # Its listeners hear of the start from the heartbeat, unless an earlier delivery's outcome stands.
@@ -154,9 +156,33 @@ def _run_attached(
                 heartbeat.discard(record.task_id)
                 store.handed_over(record.task_id, str(handed_over))
             else:
-                entry = None if ended is None else _entry(record, ended, started_ms, ctx.input_wait_ms)
-                asked = ctx.asked_for_input
-                _end(store, heartbeat, record, asked=asked, ended=ended, interrupted=interrupted, entry=entry)
+                _finish(ctx, store, heartbeat, record, ended, interrupted, started_ms)
+
+
+def _finish(
+    ctx: JobContext,
+    store: SyncStore,
+    heartbeat: Heartbeat,
+    record: TaskRecord,
+    ended: dict[str, Any] | None,
+    interrupted: bool,
+    started_ms: int,
+) -> None:
+    """Store how the job ended; then its artifacts in Redis live as long as the record."""
+    entry = None if ended is None else _entry(record, ended, started_ms, ctx.input_wait_ms)
+    # This run's artifacts, or (it started before: a park, a redelivery) an earlier run's.
+    artifacts = ctx.wrote_artifacts or record.alive_until_ms is not None
+    _end(store, heartbeat, record, asked=ctx.asked_for_input, ended=ended, interrupted=interrupted, entry=entry)
+    if artifacts and not interrupted:
+        _expire_artifacts(store, record.task_id)
+
+
+def _expire_artifacts(store: SyncStore, task_id: str) -> None:
+    """The bytes of the task's artifacts in Redis live as long as its record, from its end on."""
+    try:
+        store.expire_artifacts(task_id)
+    except (RedisError, OSError):  # they expire anyway, a job's length after the record at most
+        logger.warning("task %s: could not expire its artifacts with the record", task_id, exc_info=True)
 
 
 def _after_member(celery_task: Task[Any, Any], store: SyncStore, parent_id: str) -> None:

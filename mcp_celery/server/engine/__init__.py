@@ -1,6 +1,7 @@
 """The task engine: every surface reaches a task through here; no MCP wire shapes.
 
     service.py    TaskService: create, find (the owner check), view, answer, cancel; the server's lifespan
+    artifacts.py  a task's artifacts read where they are kept; the sweep of expired fsspec folders
     workflow.py   a task handed over to a workflow: its view from its members', answers routed to them
     reaper.py     the sweeps over overdue tasks: lost jobs, lost messages, parked questions timed out
     events.py     the process's one Redis listener: which watched tasks changed

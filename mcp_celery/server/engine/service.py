@@ -47,6 +47,7 @@ from mcp_celery.inputs import Answered, invalid_answer_reason
 from mcp_celery.protocol import INTERNAL_ERROR, new_task_id, now_ms
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine import workflow
+from mcp_celery.server.engine.artifacts import Artifact, ArtifactReader
 from mcp_celery.server.engine.events import TaskEvents
 from mcp_celery.server.engine.publish import Publisher
 from mcp_celery.server.engine.reaper import Reaper
@@ -54,6 +55,7 @@ from mcp_celery.server.ops import observe
 from mcp_celery.server.ops.deployment_metrics import DeploymentCollector, DeploymentFigures
 from mcp_celery.server.ops.diagnostics import report_on_signal
 from mcp_celery.store.aio import AsyncStore, NotReplicated
+from mcp_celery.store.artifacts import ArtifactMeta, fsspec_store
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.schema import TaskRecord
 
@@ -76,6 +78,7 @@ class TaskService:
         self.deployment_collector = DeploymentCollector(streams=binding.redis.topology != "cluster")
         self._publisher: Publisher | None = None
         self._state_secret: bytes | None = None
+        self._artifacts: ArtifactReader | None = None
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -106,6 +109,13 @@ class TaskService:
         if self._publisher is None:
             self._publisher = Publisher(self.binding.app, self.binding.redis)
         return self._publisher
+
+    @property
+    def artifacts(self) -> ArtifactReader:
+        """Reads artifacts where MCP_CELERY_ARTIFACTS keeps them (`mcp_celery.server.engine.artifacts`)."""
+        if self._artifacts is None:
+            self._artifacts = ArtifactReader(self.store, fsspec_store(self.settings.artifacts))
+        return self._artifacts
 
     @property
     def state_secret(self) -> bytes:
@@ -148,6 +158,7 @@ class TaskService:
             tg.start_soon(events.run)
             tg.start_soon(report_on_signal, events)
             tg.start_soon(self._reap_lost_jobs, reaper)
+            tg.start_soon(self.artifacts.sweep_every, self.settings.artifact_sweep_s)
             if figures is not None:
                 tg.start_soon(figures.run)  # the deployment's figures for /metrics (`deployment_metrics`)
             try:
@@ -164,7 +175,7 @@ class TaskService:
             self._publisher = None
         if self._store is not None:
             await self._store.aclose()
-            self._store = None
+            self._store = self._artifacts = None
 
     async def _reap_lost_jobs(self, reaper: Reaper) -> None:
         """Turn the tasks whose heartbeat ran out `failed` (or re-queue them), and so tell their listeners.
@@ -272,6 +283,13 @@ class TaskService:
             return None
         found = await self.read_view(task_id)
         return found if found is not None and found[0].owner == principal else None
+
+    async def find_artifact(self, principal: str, task_id: str, name: str) -> Artifact | None:
+        """The artifact `name` of the task, found as `find` finds the task: None for an unknown, expired or
+        foreign task and for a name its record does not list, alike."""
+        found = await self.find(principal, task_id)
+        meta = None if found is None else found[0].artifacts.get(name)
+        return None if meta is None else Artifact(task_id, ArtifactMeta.from_json(name, meta))
 
     async def find_many(self, principal: str, task_ids: Sequence[str]) -> dict[str, Found]:
         """`find` of several ids in one round trip: only those that exist and belong to `principal`."""
