@@ -34,7 +34,7 @@ from mcp_celery.server.tasks.envelope import RequestContext
 from mcp_celery.server.tasks.handlers import TaskIdParams, UpdateTaskParams
 from mcp_celery.settings import Settings
 
-__all__ = ["check_tool_names", "create_server"]
+__all__ = ["check_tool_names", "create_server", "server_and_service"]
 
 
 def create_server(app: Celery, settings: Settings | None = None, *, name: str | None = None) -> Server[Any]:
@@ -53,6 +53,16 @@ def create_server(app: Celery, settings: Settings | None = None, *, name: str | 
         ToolDefinitionError: an at-least-once tool's hard time limit is not below the visibility
             timeout, or a tool takes the name of a lifecycle tool (task_status, task_respond,
             task_cancel) while the fallback for clients without the tasks extension is on.
+    """
+    return server_and_service(app, settings, name=name)[0]
+
+
+def server_and_service(
+    app: Celery, settings: Settings | None = None, *, name: str | None = None
+) -> tuple[Server[Any], TaskService]:
+    """`create_server`, and the task service it serves, for the HTTP app's other surfaces (the approval page).
+
+    Raises: as `create_server`.
     """
     settle(app)
     settings = settings or Settings()
@@ -83,7 +93,7 @@ def create_server(app: Celery, settings: Settings | None = None, *, name: str | 
     server.middleware.insert(0, _trace_context_of_http_headers)
     _add_handlers(server, service)
     server.extensions[TASKS_EXTENSION] = {}
-    return server
+    return server, service
 
 
 async def _trace_context_of_http_headers(ctx: RequestContext, call_next: CallNext) -> HandlerResult:

@@ -20,6 +20,7 @@ from celery import Signature, chord
 from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
 from mcp_celery import logs
+from mcp_celery.core import approvals as approval
 from mcp_celery.core.canvas import FAILED_HEADER
 from mcp_celery.core.status import READY_STATES
 from mcp_celery.core.workflows import FailurePolicy
@@ -35,7 +36,8 @@ from mcp_celery.inputs import (
 from mcp_celery.protocol import now_ms
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.store.sync import MEMO_PREFIX, AnswerWait, SyncStore
-from mcp_celery.worker import parking, workflow
+from mcp_celery.worker import approvals, parking, workflow
+from mcp_celery.worker.approvals import ApprovalConfig
 from mcp_celery.worker.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
@@ -89,8 +91,10 @@ class JobContext:
         queue_check_s: float | None = None,
         heartbeat: Heartbeat | None = None,
         park_after_s: float | None = None,
+        approvals: ApprovalConfig | None = None,
     ) -> None:
         self._task = task
+        self._approvals = approvals or ApprovalConfig()
         self._heartbeat = heartbeat
         #: How long this run has waited for answers (ms): the ended stream's time in input_required.
         self.input_wait_ms = 0
@@ -252,6 +256,9 @@ class JobContext:
             TaskCancelled: the client cancelled the task while the job waited.
         """
         self._check_can_ask(requests)
+        return self._ask(requests, timeout)
+
+    def _ask(self, requests: Mapping[str, Mapping[str, Any]], timeout: float | None) -> dict[str, dict[str, Any]]:
         self._round += 1
         wire = {name: f"{name}-{self._round}" for name in requests}
         encoded = {wire[name]: json.dumps(dict(request)) for name, request in requests.items()}
@@ -318,6 +325,44 @@ class JobContext:
         answer = self.ask({"sample": request}, timeout)["sample"]
         return sampling_answer_model(request["params"]).model_validate(answer)
 
+    def approve(
+        self,
+        message: str,
+        *,
+        approvers: Sequence[str] | None = None,
+        details: Mapping[str, Any] | None = None,
+        four_eyes: bool = False,
+        timeout: float | None = None,
+    ) -> approval.Approval:
+        """Ask a named person to decide on the server's approval page (`mcp_celery.worker.approvals`).
+
+        Args:
+            message: what is to be approved, shown on the page.
+            approvers: principals who may decide (token file names, JWT subjects); None: anyone signed in.
+            details: a small JSON object shown on the page (an image tag, a digest, a cost estimate).
+            four_eyes: the principal who called the tool may not decide.
+            timeout: seconds to wait for the decision; default the `input_timeout_s` setting.
+
+        Raises:
+            InputNotSupported: not started through MCP, called synchronously, or MCP_CELERY_PUBLIC_URL unset.
+            InputTimeout: nobody decided in time.
+            TaskCancelled: the task was cancelled (the page then says the approval was withdrawn).
+        """
+        record = self._attached_record()
+        wire_key = f"approval-{self._round + 1}"  # the key _ask gives it: the same on every run
+        approval_id = self.once(f"{wire_key}:id", approval.new_approval_id)
+        asked = approvals.Asked(self._approvals, approval_id, record.tool, record.owner, message)
+        request = asked.request(approvers, details, four_eyes, self._task.request)
+        keep_s = int(self._input_timeout_s if timeout is None else timeout) + approvals.KEPT_AFTER_TIMEOUT_S
+        self._store.register_approval(approval_id, self.task_id, wire_key, json.dumps(request), now_ms(), keep_s)
+        if self._approvals.webhook:
+            self.once(f"{wire_key}:webhook", asked.notify)  # one POST, however often the job runs again
+        decided = approval.Approval.from_answer(self._ask({"approval": request}, timeout)["approval"])
+        verdict, by = "approved" if decided.approved else "denied", logs.principal_digest(decided.by)
+        logger.info("task %s: %s by %s", self.task_id, verdict, by, extra=self._fields(None, verdict))
+        self._send_event("task-approval", approved=decided.approved, by=by, result=f"{verdict} by {by}")
+        return decided
+
     def roots(self, timeout: float | None = None) -> ListRootsResult:
         """Ask the client for its roots (`roots/list`).
 
@@ -325,7 +370,7 @@ class JobContext:
         """
         return ListRootsResult.model_validate(self.ask({"roots": roots_request()}, timeout)["roots"])
 
-    def _check_can_ask(self, requests: Mapping[str, Mapping[str, Any]]) -> None:
+    def _attached_record(self) -> TaskRecord:
         if self._record is None:
             raise InputNotSupported("this job was not started through MCP, so there is no client to ask")
         if self._record.sync:
@@ -333,15 +378,19 @@ class JobContext:
                 "the tool was called synchronously (a task_mode='forbidden' tool, or a client without the tasks "
                 "extension while MCP_CELERY_TOOL_FALLBACK is false), so the job cannot ask for input"
             )
+        return self._record
+
+    def _check_can_ask(self, requests: Mapping[str, Mapping[str, Any]]) -> None:
+        record = self._attached_record()
         if not requests:
             raise ValueError("ask() needs at least one request")
         if clash := [name for name in requests if name.startswith(MEMO_PREFIX)]:
             raise ValueError(f"request keys may not start with {MEMO_PREFIX!r} (once() keeps its values so): {clash}")
         for name, request in requests.items():
-            reason = missing_capability(request, self._record.capabilities)
+            reason = missing_capability(request, record.capabilities)
             # A task created without the extension is answered through the task_respond tool (by the
             # client's model, asking its user where needed), whatever capabilities the client declared.
-            if reason and not self._record.plain:
+            if reason and not record.plain and approval.approval_of(request) is None:
                 raise InputNotSupported(f"cannot send input request {name!r}: {reason}")
 
     def _wait_for_answers(self, keys: list[str], timeout: float | None, since: int) -> dict[str, str]:
