@@ -197,7 +197,7 @@ class Settings(BaseSettings):
         default=8 * 3600, gt=0, description="How long a sign-in to the approval page lasts (its session cookie)."
     )
     approval_sign_in_limit: int = Field(
-        default=10, gt=0, description="Sign-in attempts to the approval page per client address and minute."
+        default=10, gt=0, description="Failed sign-ins to the approval page per client address and minute (then 429)."
     )
     allowed_hosts: str | None = Field(
         default=None,

@@ -343,13 +343,17 @@ class AsyncStore:
         raw = await self.redis.hget(self.keys.answers(task_id), key)  # type: ignore[misc]
         return None if raw is None else cast(dict[str, Any], json.loads(as_text(raw)))
 
-    async def count_attempt(self, source: str, window_s: int) -> int:
-        """Count one sign-in attempt from `source`; returns the attempts in its current window."""
+    async def failed_sign_ins(self, source: str) -> int:
+        """The failed sign-ins from `source` in its current window."""
+        return int(await self.redis.get(self.keys.sign_ins(source)) or 0)
+
+    async def count_failed_sign_in(self, source: str, window_s: int) -> int:
+        """Count one failed sign-in from `source`; returns the failures in its current window."""
         key = self.keys.sign_ins(source)
         async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, 0, ex=window_s, nx=True)  # the window starts at the first attempt (Redis 6: no EXPIRE NX)
             pipe.incr(key)
-            pipe.expire(key, window_s, nx=True)
-            count, _ = await pipe.execute()
+            _, count = await pipe.execute()
         return int(count)
 
     async def delete(self, task_id: str) -> None:

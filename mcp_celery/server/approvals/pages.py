@@ -100,13 +100,14 @@ class ApprovalPages:
         if not self.keys.csrf_ok(request.cookies.get(PRE_COOKIE), "/approvals/sign-in", form.get("csrf")):
             return self._sign_in(request, next_path, "The form expired; please sign in again.", 403)
         address = request.client.host if request.client else "unknown"
-        attempts = await self.service.store.count_attempt(self.keys.source(address), SIGN_IN_WINDOW_S)
-        if attempts > self.settings.approval_sign_in_limit:
+        source = self.keys.source(address)
+        if await self.service.store.failed_sign_ins(source) >= self.settings.approval_sign_in_limit:
             logger.warning("approval page: too many sign-in attempts from one address")
             return self._page(html.message_page("Too many attempts", "Wait a minute before you try again."), 429)
         token = form.get("token")
         found = await self.verifier.verify_token(token) if self.verifier and isinstance(token, str) and token else None
         if found is None:
+            await self.service.store.count_failed_sign_in(source, SIGN_IN_WINDOW_S)
             logger.info("approval page: sign-in refused")
             why = "That token was not accepted." if self.verifier else "This server has no authentication configured."
             return self._sign_in(request, next_path, why, 401)
