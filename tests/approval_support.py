@@ -74,8 +74,8 @@ class Deployment:
         return start_worker(self.env, log, app=APP, name=name, concurrency=concurrency, queues=approval_jobs.QUEUE)
 
 
-@pytest.fixture(scope="module")
-def deployment(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+@pytest.fixture(scope="module", name="deployment")
+def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     folder = tmp_path_factory.mktemp("approvals")
     redis_url, redis_proc = start_redis(folder / "redis.log")
     tokens = {person: new_token(person, folder / "tokens") for person in PEOPLE}

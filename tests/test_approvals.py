@@ -15,7 +15,7 @@ import pytest
 
 from mcp_celery.protocol import TASK_HANDLE_META
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment, PageClient, approval_path, csrf_of, deployment  # noqa: F401 - fixture
+from tests.approval_support import Deployment, PageClient, approval_path, csrf_of, deployment_fixture  # noqa: F401 - the fixture
 from tests.support import HttpClient, Process
 
 URL_ELICITATION = {"elicitation": {"url": {}}}

@@ -26,9 +26,9 @@ main{max-width:42rem;margin:0 auto;padding:1rem}
 h1{font-size:1.35rem;margin:.4rem 0 1rem}
 .card{background:#fff;border:1px solid #d8dbe2;border-radius:.5rem;padding:1rem;margin:0 0 1rem}
 .message{font-size:1.1rem;font-weight:600;margin:0 0 .75rem}
-dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem .75rem;margin:0}
+dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.25rem .75rem;margin:0}
 dt{color:#5b6270}dd{margin:0;overflow-wrap:anywhere}
-pre{margin:0;padding:.5rem;background:#f4f5f7;border-radius:.25rem;overflow-x:auto;font-size:.85rem}
+pre{margin:0;padding:.5rem;background:#f4f5f7;border-radius:.25rem;white-space:pre-wrap;overflow-wrap:anywhere;font-size:.85rem}
 label{display:block;font-weight:600;margin:.5rem 0 .25rem}
 input[type=password],textarea{width:100%;padding:.6rem;font:inherit;border:1px solid #b9bfcb;border-radius:.35rem}
 textarea{min-height:5rem}
