@@ -24,8 +24,10 @@ __all__ = ["app"]
 
 import jobs.code_review  # noqa: E402, F401  (registers code_review on `app`)
 import jobs.logs  # noqa: E402, F401  (registers log_search on `app`)
+import jobs.release  # noqa: E402
 import jobs.sweep  # noqa: E402, F401  (registers train_sweep on `app`)
 import jobs.training  # noqa: E402, F401  (registers train_model on `app`)
 from mcp_celery.cli.demo_jobs import register as _register_demo_tools  # noqa: E402
 
 _register_demo_tools(app)  # slow_compute, train, count_words
+jobs.release.register(app)  # release

@@ -186,7 +186,19 @@ class Settings(BaseSettings):
     public_url: str | None = Field(
         default=None,
         description="The server's URL as clients reach it (resource id in RFC 9728 metadata). "
-        "Default: http://HOST:PORT/mcp.",
+        "Default: http://HOST:PORT/mcp. Workers read it too: an approval's page is beside it "
+        "(https://HOST/mcp -> https://HOST/approvals/ID), and a job cannot ask for approval without it.",
+    )
+    approval_webhook: str | None = Field(
+        default=None,
+        description="A URL that gets one POST per approval a job asks (JSON: text, link, tool, requester, message; "
+        "the shape chat incoming webhooks accept). Read by workers.",
+    )
+    approval_session_s: int = Field(
+        default=8 * 3600, gt=0, description="How long a sign-in to the approval page lasts (its session cookie)."
+    )
+    approval_sign_in_limit: int = Field(
+        default=10, gt=0, description="Failed sign-ins to the approval page per client address and minute (then 429)."
     )
     allowed_hosts: str | None = Field(
         default=None,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from mcp_celery.core.approvals import approval_of
 from mcp_celery.errors import jsonrpc_error, protocol_error_of
 from mcp_celery.protocol import (
     INTERNAL_ERROR,
@@ -213,9 +214,17 @@ def task_view(
         return _lost_after_taken(record.taken_until_ms)
     updated = record.updated_ms or record.created_ms
     if record.inputs and record.cancel_ms is None:
-        return TaskView("input_required", updated, "waiting for input", input_requests=record.inputs)
+        return TaskView("input_required", updated, _waiting_message(record.inputs), input_requests=record.inputs)
     message = "cancelling" if record.cancel_ms is not None else _progress_message(state, meta)
     return TaskView("working", updated, message)
+
+
+def _waiting_message(inputs: dict[str, Any]) -> str:
+    """An approval's link is in the statusMessage too, for clients without URL elicitation and plain hosts."""
+    for request in inputs.values():
+        if isinstance(request, dict) and approval_of(request) is not None:
+            return f"waiting for approval: {request['params']['message']} (decide at {request['params']['url']})"
+    return "waiting for input"
 
 
 def _worker_lost(at_ms: int, reason: str | None = None) -> TaskView:

@@ -7,6 +7,7 @@
     engine/      the task engine: create, find, answer, cancel; the reaper, events, publishing
     tasks/       the SEP-2663 surface: tools/call, tasks/get|update|cancel, subscriptions/listen
     plain/       the fallback for hosts without the extension: plain calls and the task_* tools
+    approvals/   the approval page under /approvals: sign-in, the list, Approve / Deny
     edge/        auth and tokens, request limits and quotas, HTTP refusals
     ops/         metrics, deployment figures, probes, operator routes, diagnostics, observation
     metrics.py, deployment_metrics.py   the paths the operations guide once gave: the ops/ modules

@@ -55,6 +55,9 @@ def serving(
         settings: mcp-celery's settings (default: read from the MCP_CELERY_* environment).
         name: the name the server gives itself to clients (default `mcp-celery (APP)`).
 
+    Returns the server and the task service it serves, for the HTTP app's other surfaces (the
+    artifact download, the approval page).
+
     Raises:
         ConfigurationError: the app cannot back MCP tasks (e.g. its result backend is not Redis).
         ToolDefinitionError: an at-least-once tool's hard time limit is not below the visibility

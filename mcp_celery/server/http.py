@@ -12,7 +12,8 @@ body carries a `progressToken` takes the streaming app; `subscriptions/listen` s
 `GET /artifacts/{taskId}/{name}` (`mcp_celery.server.downloads`) is a route of the JSON app, where
 every GET goes, authenticated with the MCP endpoint's own token verifier.
 
-In front of both, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint and its
+Beside them, `/approvals` is the approval page (`mcp_celery.server.approvals`), over the same task
+service. In front of both, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint and its
 authentication (`mcp_celery.server.ops.operations`).
 """
 
@@ -29,6 +30,7 @@ from starlette.types import ASGIApp
 
 from mcp_celery.core.celery_app import load_app
 from mcp_celery.server.app import serving
+from mcp_celery.server.approvals import approval_app
 from mcp_celery.server.downloads import Downloads
 from mcp_celery.server.edge import auth
 from mcp_celery.server.edge.refusals import RewordedRefusals
@@ -38,7 +40,16 @@ from mcp_celery.server.ops.probes import Readiness
 from mcp_celery.server.resources import DOWNLOAD_PATH
 from mcp_celery.settings import Settings
 
-__all__ = ["APP_ENV", "HOST_ENV", "PORT_ENV", "ProgressRouter", "http_app", "http_app_from_env", "metrics_app"]
+__all__ = [
+    "APP_ENV",
+    "HOST_ENV",
+    "PORT_ENV",
+    "PathRouter",
+    "ProgressRouter",
+    "http_app",
+    "http_app_from_env",
+    "metrics_app",
+]
 
 #: How `serve --http --workers N` hands the app, host and port to each uvicorn worker process.
 APP_ENV, HOST_ENV, PORT_ENV = "MCP_CELERY_APP", "MCP_CELERY_HOST", "MCP_CELERY_PORT"
@@ -78,6 +89,8 @@ def http_app(app_spec: str, host: str, port: int, settings: Settings | None = No
     mcp: ASGIApp = RewordedRefusals(ProgressRouter(json_app, streaming_app, settings.max_request_bytes), settings)
     if "token_verifier" in options:
         mcp = auth.CountedRefusals(mcp)
+    # The approval page (`/approvals`) signs people in with the same verifier; its lifespan is the MCP app's.
+    mcp = PathRouter({"/approvals": approval_app(service, options.get("token_verifier"))}, mcp)
     # The probes and /metrics answer before the MCP app's Host check and authentication.
     readiness = Readiness(celery_app, settings)
     return OperationsRoutes(mcp, readiness, settings, serve_metrics=settings.metrics_port is None)
@@ -97,6 +110,23 @@ def metrics_app(app_spec: str, settings: Settings | None = None) -> ASGIApp:
 def http_app_from_env() -> ASGIApp:
     """ASGI app factory for `serve --http --workers N`: each worker process builds its own server."""
     return http_app(os.environ[APP_ENV], os.environ[HOST_ENV], int(os.environ[PORT_ENV]))
+
+
+class PathRouter:
+    """Sends the HTTP requests under each prefix to its app, everything else (and the lifespan) to `default`."""
+
+    def __init__(self, prefixes: dict[str, ASGIApp], default: ASGIApp) -> None:
+        self.prefixes = prefixes
+        self.default = default
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = str(scope.get("path", ""))
+            for prefix, app in self.prefixes.items():
+                if path == prefix or path.startswith(prefix + "/"):
+                    await app(scope, receive, send)
+                    return
+        await self.default(scope, receive, send)
 
 
 class ProgressRouter:

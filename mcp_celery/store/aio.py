@@ -327,6 +327,42 @@ class AsyncStore:
                 pipe.exists(self.keys.task(task_id))
             return [bool(found) for found in await pipe.execute()]
 
+    async def approval(self, approval_id: str) -> tuple[str, str, dict[str, Any]] | None:
+        """The task, input request key and request (as asked) an approval id stands for, or None."""
+        raw = await self.redis.get(self.keys.approval(approval_id))
+        if raw is None:
+            return None
+        where = json.loads(as_text(raw))
+        return str(where["task"]), str(where["key"]), dict(where["request"])
+
+    async def approval_ids(self, limit: int = 500) -> list[str]:
+        """The approval ids asked, oldest first (an index: the record says whether each is still open)."""
+        ids = cast(list[bytes | str], await self.redis.zrange(self.keys.approvals(), 0, limit - 1))
+        return [as_text(i) for i in ids]
+
+    async def forget_approvals(self, approval_ids: Sequence[str]) -> None:
+        """Take decided, withdrawn and expired approvals out of the index (their id keys expire on their own)."""
+        if approval_ids:
+            await self.redis.zrem(self.keys.approvals(), *approval_ids)
+
+    async def stored_answer(self, task_id: str, key: str) -> dict[str, Any] | None:
+        """The answer taken for input request `key` (kept while the task lives), or None."""
+        raw = await self.redis.hget(self.keys.answers(task_id), key)  # type: ignore[misc]
+        return None if raw is None else cast(dict[str, Any], json.loads(as_text(raw)))
+
+    async def failed_sign_ins(self, source: str) -> int:
+        """The failed sign-ins from `source` in its current window."""
+        return int(await self.redis.get(self.keys.sign_ins(source)) or 0)
+
+    async def count_failed_sign_in(self, source: str, window_s: int) -> int:
+        """Count one failed sign-in from `source`; returns the failures in its current window."""
+        key = self.keys.sign_ins(source)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, 0, ex=window_s, nx=True)  # the window starts at the first attempt (Redis 6: no EXPIRE NX)
+            pipe.incr(key)
+            _, count = await pipe.execute()
+        return int(count)
+
     async def delete(self, task_id: str) -> None:
         await self.redis.delete(self.keys.task(task_id))
 

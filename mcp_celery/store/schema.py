@@ -201,6 +201,22 @@ class Keys:
         """
         return f"{self.prefix}:parked"
 
+    def approval(self, approval_id: str) -> str:
+        """Which task and input request an approval page's id stands for (JSON `{task, key}`), while it may be open."""
+        return f"{self.prefix}:approval:{approval_id}"
+
+    def approvals(self) -> str:
+        """Sorted set of the approval ids asked, scored by when (ms): an index for the page's list only.
+
+        Written beside the question as `parked` is (one key for every task); the record is what counts,
+        and an id whose request is no longer open is dropped when the list is read.
+        """
+        return f"{self.prefix}:approvals"
+
+    def sign_ins(self, source: str) -> str:
+        """Counter of the approval page's sign-in attempts from one source (a digest), expiring with its window."""
+        return f"{self.prefix}:sign-ins:{source}"
+
     def ended(self) -> str:
         """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""
         return f"{self.prefix}:ended"

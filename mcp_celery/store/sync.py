@@ -264,6 +264,22 @@ class SyncStore(DoorbellWaits, MemberRecords, ArtifactWrites):
         answers = {k: as_text(v) for k, v in zip(requests, reply[1:], strict=True) if v}
         return bool(reply[0]), answers
 
+    def register_approval(
+        self, approval_id: str, task_id: str, wire_key: str, request: str, asked_ms: int, keep_s: int
+    ) -> None:
+        """Index an approval for its page (`Keys.approval`, `Keys.approvals`), for `keep_s` seconds at most.
+
+        The request is kept beside it for the page to show once it is decided or withdrawn (the record
+        holds only open requests); the record, not this copy, is what a decision is checked against.
+        """
+        where = json.dumps({"task": task_id, "key": wire_key, "request": json.loads(request)})
+
+        def build(pipe: Any) -> None:
+            pipe.set(self.keys.approval(approval_id), where, ex=keep_s)
+            pipe.zadd(self.keys.approvals(), {approval_id: asked_ms})
+
+        while_unreachable(task_id, "as the job asks for approval", lambda: self._replicated("the approval", build))
+
     def park(self, task_id: str, wire_keys: list[str], until_ms: int, resume: str) -> ParkOutcome:
         """Park the job at its open question (the PARK script): 'parked', 'answered' or 'cancel'.
 

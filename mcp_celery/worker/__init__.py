@@ -7,6 +7,7 @@
     artifacts.py     `JobContext.artifact`: files handed over beside the result
     heartbeat.py     the heartbeat of running jobs
     parking.py       a job whose question stays open ends its run; the answer runs it again
+    approvals.py     `ctx.approve`'s request, its page index entry and the webhook POST
     taken.py         the `taken` mark from the ack until the job starts
     workflow.py      a job handing its task over to a Celery canvas; members reporting back
     config.py        `configure_app`, the settings it applies, the start-up checks, WorkerBinding

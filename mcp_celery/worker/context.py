@@ -17,10 +17,11 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, overload
 
-from celery import Signature, chord
+from celery import Signature
 from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
 from mcp_celery import logs
+from mcp_celery.core import approvals as approval
 from mcp_celery.core.canvas import FAILED_HEADER
 from mcp_celery.core.status import READY_STATES
 from mcp_celery.core.workflows import FailurePolicy
@@ -36,7 +37,8 @@ from mcp_celery.inputs import (
 from mcp_celery.protocol import now_ms
 from mcp_celery.store.schema import TaskRecord
 from mcp_celery.store.sync import MEMO_PREFIX, AnswerWait, SyncStore
-from mcp_celery.worker import parking, workflow
+from mcp_celery.worker import approvals, parking, workflow
+from mcp_celery.worker.approvals import ApprovalConfig
 from mcp_celery.worker.artifacts import ArtifactSink
 from mcp_celery.worker.heartbeat import Heartbeat
 
@@ -92,9 +94,11 @@ class JobContext:
         heartbeat: Heartbeat | None = None,
         park_after_s: float | None = None,
         artifacts: ArtifactSink | None = None,
+        approvals: ApprovalConfig | None = None,
     ) -> None:
         self._task = task
         self._artifacts = artifacts
+        self._approvals = approvals or ApprovalConfig()
         self._heartbeat = heartbeat
         #: How long this run has waited for answers (ms): the ended stream's time in input_required.
         self.input_wait_ms = 0
@@ -143,33 +147,19 @@ class JobContext:
         the merge step's result (its return value is the tool's result), a chain's last step's, or a
         group's `{"results": [...], "failed": [...]}`.
 
-        Args:
-            work: a `group` or a list of signatures (run in parallel), a `chord` (a group and its
-                merge step), or a `chain` (steps one after another). Members are task signatures,
-                not nested canvases; any Celery task of the app may be one (a tool too).
-            merge: the merge step of a group: a signature that gets the list of the members' results.
-            on_failure: "fail" (the first member that fails fails the task, and the others are
-                cancelled) or "partial" (the merge step gets the members that succeeded;
-                `ctx.failed_members` says which failed). A chain always fails.
+        `work`: a `group` or list of signatures (in parallel), a `chord`, or a `chain`; members are
+        task signatures of the app, not nested canvases. `merge`: a group's merge step (it gets the
+        members' results). `on_failure`: "fail" (the first failure fails the task, the others are
+        cancelled) or "partial" (the merge gets the successes; `ctx.failed_members` the failures).
 
         Raises:
             ValueError: `work` is not a canvas this supports, or this job is a workflow's member itself.
             TaskCancelled: the task was cancelled before its workflow could start.
         """
-        if self._record is not None and self._record.parent is not None:
-            raise ValueError("a workflow's member cannot start a workflow of its own (nested workflows)")
-        if self._record is None:
-            # A plain Celery call: Celery's own replace() runs the canvas in this task's place (it raises).
-            self._task.replace(chord(work, merge) if merge is not None else work)
-            raise AssertionError("Task.replace returned")
         raise workflow.start(
-            self._store,
-            self._record,
-            work,
-            merge=merge,
-            on_failure=on_failure,
+            self._task, self._store, self._record, work, merge=merge, on_failure=on_failure,
             check_after_s=self._queue_check_s,
-        )
+        )  # fmt: skip
 
     @property
     def asked_for_input(self) -> bool:
@@ -192,11 +182,7 @@ class JobContext:
             raise TaskCancelled(self.task_id)
 
     def status(self, message: str) -> None:
-        """Report progress as the task's `statusMessage`; also a cancel checkpoint.
-
-        Raises:
-            TaskCancelled: the client cancelled the task.
-        """
+        """Report progress as the task's `statusMessage`; also a cancel checkpoint (raises TaskCancelled)."""
         if self.attached:
             self._store.progress(self.task_id, {"status": "PROGRESS", "result": {"message": message}}, self._channel)
         else:
@@ -232,21 +218,14 @@ class JobContext:
         path: str | Path | None = None,
         mime_type: str | None = None,
     ) -> dict[str, Any]:
-        """Hand over a file beside the result: `data` (bytes or text) or the file at `path`.
+        """Hand over a file beside the result: `data` (bytes, or text stored as UTF-8) or the file at `path`.
 
-        The task's final result lists every artifact as a `resource_link` after the job's own content,
-        and clients read it with `resources/read` (up to MCP_CELERY_ARTIFACT_READ_MAX_BYTES) or download
-        it (`GET /artifacts/{taskId}/{name}`, `mcp-celery tasks get ID --save DIR`). It lives as long as
-        the task's record, also when the task fails or is cancelled. Writing a name again replaces it.
+        The final result lists every artifact as a `resource_link`; clients read it with `resources/read`
+        or download it (`docs/guides/artifacts.md`). It lives as long as the task's record, also when the
+        task fails or is cancelled; writing a name again replaces it. `name`: one path segment of at most
+        200 printable characters, without `..`; `mime_type`: default guessed from the name.
 
-        Args:
-            name: one path segment of printable characters, at most 200, without `..`.
-            data: the content; text is stored as UTF-8.
-            path: a file the job wrote, instead of `data`.
-            mime_type: its MIME type (default: guessed from the name; text/plain or application/octet-stream).
-
-        Returns:
-            The artifact's `resource_link` content block (`type`, `uri`, `name`, `mimeType`, `size`).
+        Returns the artifact's `resource_link` content block (`type`, `uri`, `name`, `mimeType`, `size`).
 
         Raises:
             ArtifactError: a bad name, neither or both of `data` and `path`, the task's artifacts in Redis
@@ -293,6 +272,9 @@ class JobContext:
             TaskCancelled: the client cancelled the task while the job waited.
         """
         self._check_can_ask(requests)
+        return self._ask(requests, timeout)
+
+    def _ask(self, requests: Mapping[str, Mapping[str, Any]], timeout: float | None) -> dict[str, dict[str, Any]]:
         self._round += 1
         wire = {name: f"{name}-{self._round}" for name in requests}
         encoded = {wire[name]: json.dumps(dict(request)) for name, request in requests.items()}
@@ -359,6 +341,41 @@ class JobContext:
         answer = self.ask({"sample": request}, timeout)["sample"]
         return sampling_answer_model(request["params"]).model_validate(answer)
 
+    def approve(
+        self,
+        message: str,
+        *,
+        approvers: Sequence[str] | None = None,
+        details: Mapping[str, Any] | None = None,
+        four_eyes: bool = False,
+        timeout: float | None = None,
+    ) -> approval.Approval:
+        """Ask a named person to decide on the server's approval page (`mcp_celery.worker.approvals`).
+
+        `approvers`: principals who may decide (token file names, JWT subjects; None: anyone signed
+        in); `details`: a small JSON object shown on the page; `four_eyes`: the caller may not decide;
+        `timeout`: seconds to wait for the decision (default the `input_timeout_s` setting).
+
+        Raises:
+            InputNotSupported: not started through MCP, called synchronously, or MCP_CELERY_PUBLIC_URL unset.
+            InputTimeout: nobody decided in time.
+            TaskCancelled: the task was cancelled (the page then says the approval was withdrawn).
+        """
+        record = self._attached_record()
+        wire_key = f"approval-{self._round + 1}"  # the key _ask gives it: the same on every run
+        approval_id = self.once(f"{wire_key}:id", approval.new_approval_id)
+        asked = approvals.Asked(self._approvals, approval_id, record.tool, record.owner, message)
+        request = asked.request(approvers, details, four_eyes, self._task.request)
+        keep_s = int(self._input_timeout_s if timeout is None else timeout) + approvals.KEPT_AFTER_TIMEOUT_S
+        self._store.register_approval(approval_id, self.task_id, wire_key, json.dumps(request), now_ms(), keep_s)
+        if self._approvals.webhook:
+            self.once(f"{wire_key}:webhook", asked.notify)  # one POST, however often the job runs again
+        decided = approval.Approval.from_answer(self._ask({"approval": request}, timeout)["approval"])
+        verdict, by = "approved" if decided.approved else "denied", logs.principal_digest(decided.by)
+        logger.info("task %s: %s by %s", self.task_id, verdict, by, extra=self._fields(None, verdict))
+        self._send_event("task-approval", approved=decided.approved, by=by, result=f"{verdict} by {by}")
+        return decided
+
     def roots(self, timeout: float | None = None) -> ListRootsResult:
         """Ask the client for its roots (`roots/list`).
 
@@ -366,7 +383,7 @@ class JobContext:
         """
         return ListRootsResult.model_validate(self.ask({"roots": roots_request()}, timeout)["roots"])
 
-    def _check_can_ask(self, requests: Mapping[str, Mapping[str, Any]]) -> None:
+    def _attached_record(self) -> TaskRecord:
         if self._record is None:
             raise InputNotSupported("this job was not started through MCP, so there is no client to ask")
         if self._record.sync:
@@ -374,15 +391,19 @@ class JobContext:
                 "the tool was called synchronously (a task_mode='forbidden' tool, or a client without the tasks "
                 "extension while MCP_CELERY_TOOL_FALLBACK is false), so the job cannot ask for input"
             )
+        return self._record
+
+    def _check_can_ask(self, requests: Mapping[str, Mapping[str, Any]]) -> None:
+        record = self._attached_record()
         if not requests:
             raise ValueError("ask() needs at least one request")
         if clash := [name for name in requests if name.startswith(MEMO_PREFIX)]:
             raise ValueError(f"request keys may not start with {MEMO_PREFIX!r} (once() keeps its values so): {clash}")
         for name, request in requests.items():
-            reason = missing_capability(request, self._record.capabilities)
+            reason = missing_capability(request, record.capabilities)
             # A task created without the extension is answered through the task_respond tool (by the
             # client's model, asking its user where needed), whatever capabilities the client declared.
-            if reason and not self._record.plain:
+            if reason and not record.plain and approval.approval_of(request) is None:
                 raise InputNotSupported(f"cannot send input request {name!r}: {reason}")
 
     def _wait_for_answers(self, keys: list[str], timeout: float | None, since: int) -> dict[str, str]:

@@ -31,6 +31,7 @@ from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Lifetimes, TaskRecord
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker import outcome, parking
+from mcp_celery.worker.approvals import ApprovalConfig
 from mcp_celery.worker.artifacts import ArtifactSink
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
@@ -80,6 +81,7 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
         heartbeat=heartbeat,
         park_after_s=None if record.sync else parking.park_after_s(celery_task, settings.park_after_s),
         artifacts=ArtifactSink(store, record.task_id, settings.artifacts, settings.artifact_max_bytes),
+        approvals=ApprovalConfig.from_settings(settings),
     )
     heartbeat.node = heartbeat.node or str(celery_task.request.hostname or "")
     # Its listeners hear of the start from the heartbeat, unless an earlier delivery's outcome stands.

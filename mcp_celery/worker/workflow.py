@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from celery import Celery, Signature, chain, chord, group
+from celery import Celery, Signature, Task, chain, chord, group
 from celery.canvas import _chain  # what a chain is an instance of (`chain(...)` builds one)
 
 from mcp_celery.core.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge, show_revoked
@@ -51,8 +51,9 @@ class WorkflowStarted(BaseException):  # noqa: N818 - control flow, like TaskCan
 
 
 def start(
+    task: Task[Any, Any],
     store: SyncStore,
-    record: TaskRecord,
+    record: TaskRecord | None,
     work: Any,
     *,
     merge: Signature[Any] | None,
@@ -60,11 +61,18 @@ def start(
     check_after_s: float | None,
 ) -> WorkflowStarted:
     """Create the members' records, hand the task over and send the canvas; returns what to raise.
+    A job not started through MCP (`record` None) has Celery's own replace() run the canvas instead.
 
     Raises:
-        ValueError: `work` is not a group, chord, chain, or a list of signatures, or nests one in another.
+        ValueError: `work` is not a group, chord, chain, or a list of signatures, or nests one in
+            another, or this job is a workflow's member itself.
         TaskCancelled: the task was cancelled before the workflow could be handed it.
     """
+    if record is not None and record.parent is not None:
+        raise ValueError("a workflow's member cannot start a workflow of its own (nested workflows)")
+    if record is None:
+        task.replace(chord(work, merge) if merge is not None else work)  # it raises
+        raise AssertionError("Task.replace returned")
     kind, signatures, merge = _members_of(work, merge)
     parent = record.task_id
     members = [_prepare(sig, f"{_short(str(sig.task))}-{i + 1}", parent) for i, sig in enumerate(signatures)]

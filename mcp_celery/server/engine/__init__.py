@@ -3,6 +3,7 @@
     service.py    TaskService: create, find (the owner check), view, answer, cancel; the server's lifespan
     artifacts.py  a task's artifacts read where they are kept; the sweep of expired fsspec folders
     workflow.py   a task handed over to a workflow: its view from its members', answers routed to them
+    approvals.py  an approval as its page sees it: found by id, the list for a person, a decision (via answer)
     reaper.py     the sweeps over overdue tasks: lost jobs, lost messages, parked questions timed out
     events.py     the process's one Redis listener: which watched tasks changed
     publish.py    queueing a job: Celery's own message, written in the record's round trip on a Redis broker

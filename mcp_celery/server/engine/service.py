@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from redis.exceptions import RedisError
 
 from mcp_celery import tracing
+from mcp_celery.core import approvals
 from mcp_celery.core.binding import AppBinding
 from mcp_celery.core.canvas import show_revoked
 from mcp_celery.core.status import (
@@ -362,8 +363,12 @@ class TaskService:
 
     # ------------------------------------------------------------------ acting
 
-    async def answer(self, found: Found, responses: Mapping[str, Any]) -> Answered:
+    async def answer(self, found: Found, responses: Mapping[str, Any], *, decided_by: str | None = None) -> Answered:
         """Answer the task's outstanding input requests; the one validation every surface shares.
+
+        `decided_by`: the principal signed in on the approval page, which answers approvals only; any
+        other surface leaves it None, and its answers to an approval are rejected (the client's answer
+        to a URL elicitation decides nothing; `mcp_celery.core.approvals.refusal`).
 
         Answers under keys that are not outstanding (never issued, answered already, withdrawn) are
         ignored, and answers that do not answer their request are rejected, each request staying
@@ -386,7 +391,7 @@ class TaskService:
             if request is None:
                 ignored.append(key)  # spec SHOULD: not outstanding, whatever it holds
                 continue
-            reason = invalid_answer_reason(request, answer)
+            reason = invalid_answer_reason(request, answer) or approvals.refusal(request, answer, decided_by)
             if reason:  # not logged: the reason can quote the answer
                 logger.info("task %s: answer to %r rejected, request stays outstanding", record.task_id, key)
                 rejected[key] = reason

@@ -1,0 +1,164 @@
+"""The approval tests' deployment: a private Redis, tokens for alice, bob and carol, a webhook receiver,
+an HTTP server on a port chosen first (MCP_CELERY_PUBLIC_URL must name it for the workers), and a
+page client that signs in and posts forms as a browser would (cookies by hand: they are Secure)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mcp_celery.server.edge.tokens import new_token
+from mcp_celery.testing.processes import free_port, start_redis
+from tests import approval_jobs
+from tests.support import HttpClient, Process, http_answers, start_worker
+
+APP = "tests.approval_jobs"
+PEOPLE = ("alice", "bob", "carol")
+
+
+@dataclass
+class Webhook:
+    """A local receiver of the approval webhook: every POST's JSON body, in order."""
+
+    bodies: list[dict[str, Any]] = field(default_factory=lambda: [])
+    url: str = ""
+
+    def serve(self) -> ThreadingHTTPServer:
+        received = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"  # one request per connection: none left open at the end
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+@dataclass
+class Deployment:
+    env: dict[str, str]
+    folder: Path
+    tokens: dict[str, str]
+    webhook: Webhook
+    base: str = ""  # http://127.0.0.1:PORT
+    server: Process | None = None
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base}/mcp"
+
+    def client(self, person: str) -> HttpClient:
+        return HttpClient(self.mcp_url, self.tokens[person])
+
+    def worker(self, log: Path, concurrency: int = 2) -> Process:
+        name = f"approvals-{log.parent.name[-12:]}"
+        return start_worker(self.env, log, app=APP, name=name, concurrency=concurrency, queues=approval_jobs.QUEUE)
+
+
+@pytest.fixture(scope="module", name="deployment")
+def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    folder = tmp_path_factory.mktemp("approvals")
+    redis_url, redis_proc = start_redis(folder / "redis.log")
+    tokens = {person: new_token(person, folder / "tokens") for person in PEOPLE}
+    webhook = Webhook()
+    receiver = webhook.serve()
+    port = free_port()
+    own = {k: v for k, v in env.items() if k != "MCP_CELERY_REDIS_URL"}
+    deployed = Deployment(
+        env={
+            **own,
+            "APPROVAL_BROKER_URL": f"{redis_url}/0",
+            "APPROVAL_BACKEND_URL": f"{redis_url}/1",
+            "MCP_CELERY_AUTH_TOKENS": str(folder / "tokens"),
+            "MCP_CELERY_PUBLIC_URL": f"http://127.0.0.1:{port}/mcp",
+            "MCP_CELERY_APPROVAL_WEBHOOK": webhook.url,
+            "RELEASE_APPROVERS": "alice,bob",
+            "RELEASE_WORK_DIR": str(folder / "work"),
+            "RELEASE_PUBLISH_DIR": str(folder / "published"),
+        },
+        folder=folder,
+        tokens=tokens,
+        webhook=webhook,
+        base=f"http://127.0.0.1:{port}",
+    )
+    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(port)]
+    server = deployed.server = Process(args, deployed.env, folder / "server.log")
+    server.wait_ready(lambda: http_answers(deployed.mcp_url), 60, "the HTTP server to answer")
+    yield deployed
+    server.stop()
+    receiver.shutdown()
+    receiver.server_close()
+    redis_proc.stop()
+
+
+class PageClient:
+    """The approval page as a browser without JavaScript uses it: forms, cookies, redirects by hand."""
+
+    def __init__(self, base: str) -> None:
+        self.http = httpx.Client(base_url=base, follow_redirects=False, timeout=30)
+        self.cookies: dict[str, str] = {}
+
+    def _keep(self, response: httpx.Response) -> httpx.Response:
+        for header in response.headers.get_list("set-cookie"):
+            name, _, rest = header.partition("=")
+            value = rest.split(";", 1)[0]
+            if "Max-Age=0" in header:
+                self.cookies.pop(name, None)
+            else:
+                self.cookies[name] = value
+        return response
+
+    def _cookie_header(self) -> dict[str, str]:
+        return {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())} if self.cookies else {}
+
+    def get(self, path: str) -> httpx.Response:
+        return self._keep(self.http.get(path, headers=self._cookie_header()))
+
+    def post(self, path: str, form: dict[str, str]) -> httpx.Response:
+        return self._keep(self.http.post(path, data=form, headers=self._cookie_header()))
+
+    def sign_in(self, token: str) -> httpx.Response:
+        page = self.get("/approvals")
+        return self.post(
+            "/approvals/sign-in",
+            {"csrf": csrf_of(page.text, "/approvals/sign-in"), "next": "/approvals", "token": token},
+        )
+
+    def decide(self, path: str, decision: str, comment: str = "") -> httpx.Response:
+        page = self.get(path)
+        return self.post(path, {"csrf": csrf_of(page.text, path), "decision": decision, "comment": comment})
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def csrf_of(page: str, action: str) -> str:
+    """The CSRF token of the page's form that posts to `action`."""
+    found = re.search(rf'action="{re.escape(action)}"><input type="hidden" name="csrf" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def approval_path(task: dict[str, Any]) -> str:
+    """The page path of the task's one approval request."""
+    (request,) = task["inputRequests"].values()
+    return "/approvals/" + str(request["params"]["url"]).rsplit("/approvals/", 1)[1]
