@@ -27,6 +27,9 @@ COMMANDS = (
     # the deployment's figures: the ended stream and its consumer group, the workers' beats, the
     # reporting replica's lease (mcp_celery.store.deployment, mcp_celery.server.ops.deployment_metrics)
     "xadd", "xrevrange", "xreadgroup", "xgroup|create", "zcard", "zremrangebyscore", "pexpire",
+    # artifacts in Redis (their lifetime follows the record's; ranged reads), parked answers (ANSWER
+    # looks for open requests), the approval page's failed sign-ins
+    "pttl", "hkeys", "getrange", "incr",
 )  # fmt: skip
 
 #: Added on a cluster: sharded events, and what the cluster client asks to learn the slots.
