@@ -180,7 +180,10 @@ def test_a_redis_that_hangs_does_not_stall_the_workers_main_loop(
             )
             return not queued and not any(task_id.encode() in v for v in broker_redis.hvals("unacked"))
 
-        wait_for(acked, 30, 0.05, "the worker to take and ack the message while Redis hangs")
+        try:
+            wait_for(acked, 30, 0.05, "the worker to take and ack the message while Redis hangs")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the broker holds {_where(broker_redis, task_id)}") from None
         node = name.replace("%h", socket.gethostname())
         assert wait_for(lambda: sample_jobs.app.control.ping(destination=[node], timeout=1), 20, 0.1, "a ping reply")
         os.kill(records.proc.pid, signal.SIGCONT)
@@ -196,3 +199,15 @@ def test_a_redis_that_hangs_does_not_stall_the_workers_main_loop(
         if worker is not None:
             worker.stop()
         records.stop()
+
+
+def _where(broker: redis.Redis, task_id: str) -> dict[str, object]:
+    """Every copy of the task's message in the broker's queues and unacked hash (what a failed wait saw)."""
+    queued = {
+        q.decode(): sum(task_id.encode() in m for m in broker.lrange(q, 0, -1))
+        for q in broker.keys("later*")
+        if broker.type(q) == b"list"
+    }
+    unacked = {tag.decode(): body[:300] for tag, body in broker.hgetall("unacked").items() if task_id.encode() in body}
+    delivered = broker.zrange("unacked_index", 0, -1, withscores=True)
+    return {"queued": queued, "unacked": unacked, "unacked_index": delivered}
