@@ -85,7 +85,8 @@ def train_run(
     task_id = str(train_run.request.id)
     assert ctx is not None
     hyper = Hyperparameters(epochs=epochs, patience=patience, samples=samples, features=features, **params)
-    state, resumed_from = train(ctx, task_id, hyper)
+    label = "[" + " ".join(f"{key}={value}" for key, value in sorted(params.items())) + "] "
+    state, resumed_from = train(ctx, task_id, hyper, label)
     model_file = artifact_dir() / "train_sweep" / "runs" / f"{checkpoint_path(task_id).stem}.joblib"
     write_atomically(state.best_model, model_file)
     checkpoint_path(task_id).unlink(missing_ok=True)
