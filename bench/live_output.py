@@ -14,25 +14,17 @@ Writes bench/results-live-output.md and prints the same table.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from bench import rpc
+from bench import procs, rpc
 from bench.push import percentile
 from mcp_celery.protocol import output_dropped, output_uri
-from mcp_celery.testing.processes import Process, free_port, start_redis, wait_for
 
 BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-LOGS = BENCH / ".logs"
 INTERVAL_S = 0.3
 FAST_INTERVAL_S = 0.01
 
@@ -105,40 +97,12 @@ async def measure(url_a: str, url_b: str, lines: int, fast_lines: int) -> Figure
 
 
 def run(quick: bool) -> Figures:
-    redis_url, redis_proc = start_redis(LOGS / "live-output-redis.log")
-    os.environ["BENCH_REDIS_URL"] = redis_url  # before bench.bench_jobs is imported: it builds its app from this
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    worker = Process(
-        [sys.executable, "-m", "celery", "-A", "bench.bench_jobs", "worker", "-P", "prefork", "-c", "2",
-         "--without-gossip", "--without-mingle", "-l", "WARNING", "-n", "live-output@%h"],
-        env, LOGS / "live-output-worker.log", cwd=ROOT,
-    )  # fmt: skip
-    servers, urls = [], []
-    for name in ("a", "b"):
-        port = free_port()
-        urls.append(f"http://127.0.0.1:{port}/mcp")
-        command = [sys.executable, "-m", "mcp_celery", "serve", "-A", "bench.bench_jobs", "--http", "--port", str(port)]
-        servers.append(Process(command, env, LOGS / f"live-output-server-{name}.log", cwd=ROOT))
-    try:
-        from bench import bench_jobs
-
-        wait_for(lambda: bench_jobs.app.control.ping(timeout=0.5), 60, 0.2, "the worker")
-        for server, url in zip(servers, urls, strict=True):
-            server.wait_ready(lambda: _answers(url), 60, "the server")  # noqa: B023
-        asyncio.run(measure(urls[0], urls[1], 5, 20))  # warm-up
-        return asyncio.run(measure(urls[0], urls[1], 20 if quick else 100, 100 if quick else 300))
-    finally:
-        for server in servers:
-            server.stop()
-        worker.stop()
-        redis_proc.stop()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.post(url, content=b"{}", timeout=1).status_code < 500
-    except httpx.TransportError:
-        return False
+    with procs.worker_on_private_redis("live-output") as (redis_url, started):
+        servers = [procs.start_ours_server(redis_url, f"live-output-server-{name}") for name in ("a", "b")]
+        started += [server for server, _ in servers]
+        (_, url_a), (_, url_b) = servers
+        asyncio.run(measure(url_a, url_b, 5, 20))  # warm-up
+        return asyncio.run(measure(url_a, url_b, 20 if quick else 100, 100 if quick else 300))
 
 
 def report(f: Figures) -> str:
@@ -181,14 +145,8 @@ def report(f: Figures) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.live_output", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer lines (a smoke test, not figures)")
-    parser.add_argument("--out", type=Path, default=BENCH / "results-live-output.md")
-    args = parser.parse_args()
-    text = report(run(args.quick))
-    print(text)
-    if not args.quick:
-        args.out.write_text(text)
+    out = BENCH / "results-live-output.md"
+    procs.report_main("bench.live_output", __doc__ or "", out, lambda quick: report(run(quick)))
 
 
 if __name__ == "__main__":
