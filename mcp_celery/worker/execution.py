@@ -81,7 +81,8 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
         queue_check_s=queue_check_s,
         heartbeat=heartbeat,
         park_after_s=None if record.sync else parking.park_after_s(celery_task, settings.park_after_s),
-        artifacts=ArtifactSink(store, record.task_id, settings.artifacts, settings.artifact_max_bytes),
+        # A workflow member's artifacts and output are its MCP task's: the task the client holds and reads.
+        artifacts=ArtifactSink(store, record.parent or record.task_id, settings.artifacts, settings.artifact_max_bytes),
         approvals=ApprovalConfig.from_settings(settings),
         output=OutputSink(store, record.parent or record.task_id, settings.output_keep_bytes),
     )
