@@ -223,6 +223,26 @@ def test_a_subscriber_on_the_second_replica_gets_updates_batched_at_most_four_a_
 
 
 @pytest.mark.store
+def test_one_stream_carries_a_tasks_states_and_its_outputs_updates_and_ends_after_both(replicas: Replicas) -> None:
+    task_id = replicas.a.start("narrate", {"lines": 4, "every": 0.3})
+    uri = output_uri(task_id)
+    stream = replicas.b.stream(
+        "subscriptions/listen", {"notifications": {"taskIds": [task_id], "resourceSubscriptions": [uri]}}
+    )
+    ack = stream.next()
+    assert ack is not None and ack["params"]["notifications"] == {"taskIds": [task_id], "resourceSubscriptions": [uri]}
+    methods = []
+    deadline = time.monotonic() + 60
+    while (message := stream.next(max(deadline - time.monotonic(), 0.1))) is not None and "id" not in message:
+        methods.append((message["method"], message["params"].get("status")))
+    stream.close()
+    assert message is not None and message["id"] == stream.request_id  # the listen result: the stream ended
+    assert ("notifications/tasks", "completed") in methods and ("notifications/resources/updated", None) in methods
+    states = [status for method, status in methods if method == "notifications/tasks"]
+    assert states.count("completed") == 1 and states[-1] == "completed", methods  # nothing after the end
+
+
+@pytest.mark.store
 def test_a_plain_hosts_task_status_shows_the_outputs_last_lines(replicas: Replicas) -> None:
     task_id = replicas.a.start("narrate", {"lines": 12})
     replicas.a.wait(task_id, timeout=60)

@@ -80,11 +80,12 @@ class _Asked:
 async def _serve(service: TaskService, ctx: RequestContext, asked: _Asked, meta: dict[str, Any]) -> None:
     """Acknowledge the subscription, then stream the tasks' states until they end (or the client goes)."""
     subscription_id = ctx.request_id
-    async with service.events.watch([*asked.task_ids, *asked.outputs], asked.outputs) as watcher:
+    task_ids = list(dict.fromkeys([*asked.task_ids, *asked.outputs]))  # a task's state and output: one read
+    async with service.events.watch(task_ids, asked.outputs) as watcher:
         # Watching before the one read of every task (which both checks it is the caller's and
         # gives its first state): a change between the read and the wait is not lost. Channels of
         # ids that turn out unknown or foreign carry only "look again", which nobody acts on.
-        first = await service.find_many(envelope.principal(ctx), [*asked.task_ids, *asked.outputs])
+        first = await service.find_many(envelope.principal(ctx), task_ids)
         owned = [task_id for task_id in asked.task_ids if task_id in first]
         outputs = {task_id: uri for task_id, uri in asked.outputs.items() if task_id in first}
         acknowledged = types.SubscriptionFilter.model_validate(
