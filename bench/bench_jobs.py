@@ -1,5 +1,6 @@
 """The Celery app the benchmark runs: `noop` as an mcp-celery tool, `raw_noop` as a plain Celery task,
-`stamps`, a tool that reports the time as its status (for `python -m bench.push`), `ask_one`, a tool
+`stamps`, a tool that reports the time as its status (for `python -m bench.push`), `output_stamps`, the
+same as live output (for `python -m bench.live_output`), `ask_one`, a tool
 that asks its client one question (for `python -m bench.input_latency` and the cancel phase),
 `spin`, a tool that runs until it is cancelled (the cancel phase), and `ask_blocking` / `ask_parking`,
 one question then one status, the first waiting for its answer in the worker process, the second
@@ -43,6 +44,16 @@ def stamps(ctx: mcp_celery.JobContext, count: int = 100, interval_s: float = 0.0
     """Reports the wall clock as its status `count` times (bench.push measures the push delay with it)."""
     for _ in range(count):
         ctx.status(f"t={time.time():.6f}")
+        time.sleep(interval_s)
+    return count
+
+
+@mcp_celery.tool(app)
+def output_stamps(ctx: mcp_celery.JobContext, count: int = 100, interval_s: float = 0.3, wait_s: float = 1.0) -> int:
+    """Writes the wall clock as a line of live output `count` times, after `wait_s` (bench.live_output)."""
+    time.sleep(wait_s)  # the listeners subscribe meanwhile
+    for _ in range(count):
+        ctx.output(f"t={time.time():.6f}")
         time.sleep(interval_s)
     return count
 

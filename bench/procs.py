@@ -8,12 +8,13 @@ session id is remembered so that `CpuProbe` can tell the bench's CPU from everyb
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,18 @@ def write_report(tag: str, text: str) -> None:
     """Print a side tool's table and keep it as bench/.logs/TAG.md."""
     (LOGS / f"{tag}.md").write_text(text + "\n")
     print(text)
+
+
+def report_main(module: str, doc: str, out: Path, measure: Callable[[bool], str]) -> None:
+    """The command line of a side tool that writes one results page: `python -m MODULE [--quick] [--out FILE]`.
+
+    `measure(quick)` runs it and returns the page; a `--quick` run (a smoke test, not figures) writes nothing.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run (a smoke test, not figures)")
+    parser.add_argument("--out", type=Path, default=out)
+    args = parser.parse_args()
+    text = measure(args.quick)
+    print(text)
+    if not args.quick:
+        args.out.write_text(text)

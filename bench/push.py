@@ -15,7 +15,6 @@ Writes bench/results-push.md and prints the same table.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -30,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from bench import load, rpc
+from bench import load, procs, rpc
 from mcp_celery.testing.processes import Process, free_port, start_redis, wait_for
 
 BENCH = Path(__file__).resolve().parent
@@ -263,14 +262,7 @@ def report(f: PushFigures) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.push", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer tasks (a smoke test, not figures)")
-    parser.add_argument("--out", type=Path, default=BENCH / "results-push.md")
-    args = parser.parse_args()
-    text = report(run(args.quick))
-    print(text)
-    if not args.quick:
-        args.out.write_text(text)
+    procs.report_main("bench.push", __doc__ or "", BENCH / "results-push.md", lambda quick: report(run(quick)))
 
 
 if __name__ == "__main__":

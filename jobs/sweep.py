@@ -24,7 +24,7 @@ import mcp_celery
 from jobs import app
 from jobs.training import Hyperparameters, artifact_dir, checkpoint_path, model_path, train, write_atomically
 
-__all__ = ["GRID_KEYS", "RunResult", "SweepResult", "pick_best", "train_run", "train_sweep"]
+__all__ = ["GRID_KEYS", "RunResult", "SweepResult", "pick_best", "run_model_name", "train_run", "train_sweep"]
 
 #: The hyperparameters a grid may vary, and the kind of value each takes.
 GRID_KEYS = {"hidden_units": int, "alpha": float, "learning_rate_init": float, "seed": int}
@@ -85,9 +85,12 @@ def train_run(
     task_id = str(train_run.request.id)
     assert ctx is not None
     hyper = Hyperparameters(epochs=epochs, patience=patience, samples=samples, features=features, **params)
-    state, resumed_from = train(ctx, task_id, hyper)
+    label = "[" + " ".join(f"{key}={value}" for key, value in sorted(params.items())) + "] "
+    state, resumed_from = train(ctx, task_id, hyper, label)
     model_file = artifact_dir() / "train_sweep" / "runs" / f"{checkpoint_path(task_id).stem}.joblib"
     write_atomically(state.best_model, model_file)
+    # Linked from the sweep's result (a member's artifacts are its MCP task's), whichever run is saved.
+    ctx.artifact(run_model_name(params), path=model_file, mime_type="application/octet-stream")
     checkpoint_path(task_id).unlink(missing_ok=True)
     return RunResult(
         params=params,
@@ -99,6 +102,11 @@ def train_run(
         pid=os.getpid(),
         model_file=str(model_file),
     ).model_dump()
+
+
+def run_model_name(params: dict[str, float | int]) -> str:
+    """The artifact name of one run's model: `model-hidden_units=64-seed=1.joblib`."""
+    return "model-" + "-".join(f"{key}={value}" for key, value in sorted(params.items())) + ".joblib"
 
 
 @app.task

@@ -3,11 +3,11 @@
 The data is generated (`make_classification`, seeded, so nothing is downloaded and every execution of a
 task sees the same data); a multi-layer perceptron learns it one epoch per `partial_fit`. After every
 epoch the job writes a checkpoint (model, optimizer state, best model so far, history) keyed by the MCP
-task id, and reports `epoch 7/20, val accuracy 0.953` as the task's `statusMessage`, which is also a
-cancel checkpoint. Training stops early after `patience` epochs without an improvement of at least
-`min_delta`. The best model (`model.joblib`) and the per-epoch metrics (`metrics.csv`) are attached
-to the result as artifacts. At the end the job asks the user whether to save the best model on the
-worker's disk as well. The
+task id, reports `epoch 7/20, val accuracy 0.953` as the task's `statusMessage`, which is also a cancel
+checkpoint, and prints the epoch's metrics as a line of the task's live output (`ctx.output`). Training
+stops early after `patience` epochs without an improvement of at least `min_delta`. The best model
+(`model.joblib`) and the per-epoch metrics (`metrics.csv`) are attached to the result as artifacts. At
+the end the job asks the user whether to save the best model on the worker's disk as well. The
 question parks the job after the tool's park window (`mcp_celery.worker.parking`): the training runs
 inside `ctx.once`, so the resumed job does not fit the model again; the best model waits on disk.
 
@@ -204,6 +204,15 @@ def metrics_csv(history: list[EpochMetrics]) -> str:
     return out.getvalue()
 
 
+def epoch_line(metrics: EpochMetrics, epochs: int, best_epoch: int) -> str:
+    """`epoch  3/20  val_accuracy 0.9530  train_loss 0.1234  1.52 s  (best)`: one epoch of the live output."""
+    best = "  (best)" if metrics.epoch == best_epoch else ""
+    return (
+        f"epoch {metrics.epoch:>3}/{epochs}  val_accuracy {metrics.val_accuracy:.4f}  "
+        f"train_loss {metrics.train_loss:.4f}  {metrics.seconds:.2f} s{best}"
+    )
+
+
 def _ask_to_save(ctx: mcp_celery.JobContext, trained: TrainingResult) -> bool:
     epochs = f"{trained.epochs_run} epochs"
     how = f"stopped early after {epochs}" if trained.stopped_early else epochs
@@ -235,9 +244,12 @@ class Hyperparameters:
         return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()
 
 
-def train(ctx: mcp_celery.JobContext, task_id: str, params: Hyperparameters) -> tuple[TrainingState, int]:
+def train(
+    ctx: mcp_celery.JobContext, task_id: str, params: Hyperparameters, label: str = ""
+) -> tuple[TrainingState, int]:
     """Train epoch by epoch from the last checkpoint of `task_id` (if any); returns the state and the epoch
-    it resumed from. A cancel checkpoint before every epoch; the checkpoint is written after each.
+    it resumed from. A cancel checkpoint before every epoch; the checkpoint is written after each, and a
+    line of live output (`label` first: a sweep's runs share their task's output).
 
     Raises:
         TaskCancelled: the client cancelled the task.
@@ -259,11 +271,13 @@ def train(ctx: mcp_celery.JobContext, task_id: str, params: Hyperparameters) -> 
         resumed_from = state.epoch
         if resumed_from:
             ctx.status(f"resuming at epoch {resumed_from + 1}/{params.epochs} from a checkpoint")
+            ctx.output(f"{label}resuming at epoch {resumed_from + 1}/{params.epochs} from a checkpoint")
         while state.epoch < params.epochs and state.epoch - state.best_epoch < params.patience:
             ctx.check_cancelled()
             metrics = _train_one_epoch(state, data, params.min_delta)
             write_atomically(state, checkpoint)
             ctx.status(f"epoch {metrics.epoch}/{params.epochs}, val accuracy {metrics.val_accuracy:.3f}")
+            ctx.output(f"{label}{epoch_line(metrics, params.epochs, state.best_epoch)}")
     return state, resumed_from
 
 

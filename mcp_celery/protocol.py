@@ -16,6 +16,7 @@ checks that what they build is exactly what the models read and write back.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from pydantic import ConfigDict
 
 __all__ = [
     "ARTIFACT_URI_PREFIX",
+    "OUTPUT_DROPPED_LINE",
     "CAPABILITY_FOR_METHOD",
     "CLIENT_CAPABILITIES_META",
     "CLIENT_INFO_META",
@@ -75,6 +77,8 @@ __all__ = [
     "UpdateTaskParams",
     "UpdateTaskRequest",
     "artifact_uri",
+    "output_dropped",
+    "output_uri",
     "call_tool_result",
     "client_capabilities",
     "create_task_result",
@@ -88,6 +92,7 @@ __all__ = [
     "request_headers",
     "request_meta",
     "split_artifact_uri",
+    "split_output_uri",
     "task_handle_result",
     "tool_error_result",
     "with_task_handle",
@@ -462,3 +467,31 @@ def split_artifact_uri(uri: str) -> tuple[str, str] | None:
         return None
     task_id, name = unquote(parts[0]), unquote(parts[2])
     return (task_id, name) if task_id and name and "/" not in task_id else None
+
+
+def output_uri(task_id: str) -> str:
+    """The resource URI of a task's live output (`ctx.output`, text/plain)."""
+    return f"{ARTIFACT_URI_PREFIX}{quote(task_id, safe='')}/output"
+
+
+def split_output_uri(uri: str) -> str | None:
+    """The task id of a URI shaped as a task's output, decoded; None for any other shape."""
+    if not uri.startswith(ARTIFACT_URI_PREFIX) or "?" in uri or "#" in uri:
+        return None
+    parts = uri[len(ARTIFACT_URI_PREFIX) :].split("/")
+    if len(parts) != 2 or parts[1] != "output":
+        return None
+    task_id = unquote(parts[0])
+    return task_id if task_id and "/" not in task_id else None
+
+
+def output_dropped(text: str) -> tuple[int, str]:
+    """`(bytes dropped, the rest)` of a task's output as `resources/read` gives it (`OUTPUT_DROPPED_LINE` first)."""
+    found = re.match(r"\[output: ([\d,]+) earlier bytes dropped;[^\]\n]*\]\n", text)
+    return (0, text) if found is None else (int(found[1].replace(",", "")), text[found.end() :])
+
+
+#: The first line of a task's output once earlier bytes were dropped (the clients parse it: `output_dropped`).
+OUTPUT_DROPPED_LINE = (
+    "[output: {dropped:,} earlier bytes dropped; the last {kept:,} are kept (MCP_CELERY_OUTPUT_KEEP_BYTES)]\n"
+)

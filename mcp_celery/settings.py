@@ -230,6 +230,13 @@ class Settings(BaseSettings):
         description="How often each server removes the fsspec artifact folders of tasks whose record has "
         "expired (MCP_CELERY_ARTIFACTS=URL only; Redis expires its own).",
     )
+    output_keep_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="How many of the last bytes of a task's live output (ctx.output, the resource "
+        "mcp-celery://tasks/{taskId}/output) are kept; earlier ones are dropped, and the output's first line "
+        "says how many. Read by workers (what they keep) and servers (what they return).",
+    )
     max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest HTTP body (else HTTP 413).")
     max_json_depth: int = Field(default=32, gt=0, description="Deepest nesting of tool arguments and answers.")
     max_argument_bytes: int = Field(default=1024 * 1024, gt=0, description="Largest tool arguments, as JSON.")

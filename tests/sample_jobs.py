@@ -234,6 +234,26 @@ def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
     return "published" if (answer.content or {}).get("confirm") else "kept"
 
 
+@mcp_celery.tool(app)
+def narrate(ctx: mcp_celery.JobContext, lines: int = 3, width: int = 0, every: float = 0, then: int = 0) -> str:
+    """Print `lines` lines of live output, `every` seconds apart; with `then`, ask to go on (the task waits
+    in input_required, its output readable) and print `then` more."""
+
+    def first() -> int:
+        for i in range(lines):
+            ctx.output(f"line {i} {'x' * width}".rstrip())
+            if every:
+                ctx.sleep(every)
+        return lines
+
+    ctx.once("first", first)  # a run resumed after parking at the question prints them once
+    if then:
+        ctx.elicit("Go on?", CONFIRM)
+        for i in range(then):
+            ctx.output(f"more {i}")
+    return f"{lines + then} lines"
+
+
 @mcp_celery.tool(app, task_mode="required")
 def ask_two(ctx: mcp_celery.JobContext) -> str:
     answers = ctx.ask(

@@ -6,16 +6,21 @@ the sharded search against the single-process search of the same files, in this 
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import joblib
 import pytest
 import redis
 
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Query, search
+from jobs.sweep import run_model_name
+from jobs.training import make_dataset
 from tests.logdata import log_lines, write
 from tests.support import HttpClient, Process, caps, session_redis, start_http_server, start_jobs_worker, wait_for
 from tests.support import jobs_env as jobs_env_for
@@ -110,3 +115,13 @@ def test_a_sweep_trains_every_grid_point_across_the_workers_and_saves_the_best_o
     assert result["best"] == best and result["saved"] is True and result["failed"] == []
     assert os.path.exists(result["artifact_path"])
     assert any(re.match(r"\d/4 runs done, \d running", m) for m in seen), seen  # the tool's own summary
+    links = {b["name"]: b for b in done["result"]["content"] if b["type"] == "resource_link"}  # each run's model
+    assert sorted(links) == sorted(run_model_name(r["params"]) for r in result["runs"]), done["result"]["content"]
+    best_link = links[run_model_name(best["params"])]
+    read = jobs_client.result("resources/read", {"uri": best_link["uri"]}, name=best_link["uri"])
+    model = joblib.load(io.BytesIO(base64.b64decode(read["contents"][0]["blob"])))
+    data = make_dataset(4000, 8, 0)
+    assert round(float(model.score(data.x_val, data.y_val)), 5) == best["best_val_accuracy"]
+    uri = f"mcp-celery://tasks/{task_id}/output"  # every run's epochs in the sweep's one output
+    output = jobs_client.result("resources/read", {"uri": uri}, name=uri)["contents"][0]["text"]
+    assert sum("epoch" in line for line in output.splitlines()) == sum(r["epochs_run"] for r in result["runs"])

@@ -153,6 +153,10 @@ def test_training_stops_early_and_saves_nothing_when_declined(mcp: HttpClient, a
     assert result["epochs_run"] == 3 and result["best_epoch"] == 1 and len(result["history"]) == 3
     assert result["saved"] is False and result["artifact_path"] is None
     assert not (artifacts / "train_model" / "models" / f"{task_id}.joblib").exists()
+    uri = f"mcp-celery://tasks/{task_id}/output"  # the epochs as live output, one line each
+    lines = mcp.result("resources/read", {"uri": uri}, name=uri)["contents"][0]["text"].splitlines()
+    assert [line.split()[1] for line in lines] == ["1/20", "2/20", "3/20"], lines
+    assert lines[0].endswith("(best)") and "val_accuracy" in lines[0] and not lines[1].endswith("(best)")
 
 
 def test_a_cancel_stops_training_at_the_next_epoch(mcp: HttpClient, artifacts: Path) -> None:

@@ -53,6 +53,7 @@ BENCH_PAGES = {
     "results-workflow.md": "results-workflow.md",
     "results-fallback.md": "results-fallback.md",
     "results-parking.md": "results-parking.md",
+    "results-live-output.md": "results-live-output.md",
     "where-the-time-went.md": "where-the-time-went.md",
 }
 

@@ -21,6 +21,7 @@ Needs only `mcp`: importing it imports neither celery nor redis. The wire models
     _journal.py     the local journal of started tasks (SQLite)
     _sampling.py    CommandSampler; _openai.py OpenAISampler: answering sampling requests
     _terminal.py    the progress line and prompts of `mcp-celery call`
+    _output.py      the live output `mcp-celery call` shows: a task's output resource followed
     _cli.py         `mcp-celery call` and `mcp-celery tasks list|get|wait|cancel`
     _artifacts.py   `tasks get --save DIR`: a task's artifacts downloaded (HTTP) or read (stdio)
 """

@@ -30,6 +30,7 @@ from mcp_celery.client._extension import TasksExtension, connect
 from mcp_celery.client._handle import TaskHandle
 from mcp_celery.client._journal import Journal, ServerTarget
 from mcp_celery.client._openai import API_KEY_ENV, OpenAISampler
+from mcp_celery.client._output import OutputFollower
 from mcp_celery.client._sampling import DEFAULT_TIMEOUT_S, SAMPLING_WITH_TOOLS, CommandSampler
 from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal, sample_at_terminal
 from mcp_celery.errors import McpCeleryError
@@ -70,6 +71,7 @@ def register(commands: Any) -> None:
     call.set_defaults(server_command=[])
     call.epilog = "Start a stdio server instead of --url: mcp-celery call TOOL --args '{...}' -- COMMAND ARGS..."
     _common(call)
+    _output_options(call)
     _sampling_options(call)
     tasks = commands.add_parser("tasks", help="the tasks in the local journal")
     actions = tasks.add_subparsers(dest="action", required=True)
@@ -83,6 +85,7 @@ def register(commands: Any) -> None:
 def _task_options(parser: argparse.ArgumentParser, action: str) -> None:
     _common(parser)
     if action == "wait":
+        _output_options(parser)
         _sampling_options(parser)
     if action == "get":
         parser.add_argument(
@@ -94,6 +97,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (default ${TOKEN_ENV})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--journal", help="journal file (default $MCP_CELERY_CLIENT_JOURNAL or the data dir)")
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show the task's live output under the progress line (default: on)",
+    )
+    parser.add_argument("--quiet", dest="output", action="store_false", help="no live output (as --no-output)")
 
 
 def _sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -267,7 +280,7 @@ async def _call(args: argparse.Namespace, journal: Journal, console: Console) ->
         except NotATaskError as inline:
             return _print_result(inline.result, args.json)
         console.print(f"task [bold]{handle.task_id}[/] started (resume with: mcp-celery tasks wait {handle.task_id})")
-        return _report(await _watch(handle, progress), args.json, console)
+        return _report(await _watch(handle, progress, args.output), args.json, console)
 
 
 async def _task_command(args: argparse.Namespace, journal: Journal, console: Console) -> int:
@@ -292,26 +305,32 @@ async def _task_command(args: argparse.Namespace, journal: Journal, console: Con
                 for path in await save_artifacts(task.result, entry.target, args.token, Path(args.save), client):
                     print(f"saved {path}", file=sys.stderr)
             return EXIT_OK
-        return _report(await _watch(handle, progress), args.json, console)
+        return _report(await _watch(handle, progress, args.output), args.json, console)
 
 
-async def _watch(handle: TaskHandle, progress: Progress) -> DetailedTask:
-    """Wait with the progress line; Ctrl-C asks whether to cancel the task, then keeps waiting for its end."""
+async def _watch(handle: TaskHandle, progress: Progress, output: bool) -> DetailedTask:
+    """Wait with the progress line (and, with `output`, the live output under it); Ctrl-C asks whether to
+    cancel the task, then keeps waiting for its end."""
+    follower = OutputFollower(handle.session, handle.task_id, progress.output) if output else None
     with anyio.open_signal_receiver(signal.SIGINT) as interrupts:
         async with progress.running():
-            while (final := await _wait_until_interrupted(handle, progress, interrupts)) is None:
+            while (final := await _wait_until_interrupted(handle, progress, interrupts, follower)) is None:
                 if await ask_yes_no(progress, "cancel the task?"):
                     await handle.cancel()
                     progress.note = "cancel requested"
+            if follower is not None:
+                await follower.catch_up(final=True)  # the lines written after the last update seen
             return final
 
 
 async def _wait_until_interrupted(
-    handle: TaskHandle, progress: Progress, interrupts: AsyncIterator[int]
+    handle: TaskHandle, progress: Progress, interrupts: AsyncIterator[int], follower: OutputFollower | None
 ) -> DetailedTask | None:
     """The final state, or None when Ctrl-C came first."""
     final: list[DetailedTask] = []
     async with anyio.create_task_group() as group:
+        if follower is not None:
+            group.start_soon(follower.follow)
 
         async def wait() -> None:
             final.append(await handle.wait(on_update=progress.update))

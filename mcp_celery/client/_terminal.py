@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -36,6 +37,8 @@ from mcp_celery.protocol import DetailedTask
 __all__ = ["Progress", "ask_yes_no", "elicit_at_terminal", "sample_at_terminal"]
 
 SHOWN_CHARS = 2000  # of each block of the conversation's last message
+#: Lines of the task's live output shown under the progress line at a terminal.
+OUTPUT_LINES = 8
 
 _COLOURS = {"working": "cyan", "input_required": "yellow", "completed": "green", "failed": "red", "cancelled": "red"}
 
@@ -48,7 +51,8 @@ def _elapsed_since(created_at: str | None, fallback: float) -> float:
 
 
 class Progress:
-    """`⠙ working · step 12 · 3.4s` on a terminal; one plain line per change elsewhere."""
+    """`⠙ working · step 12 · 3.4s` on a terminal, the live output's last lines under it; elsewhere one plain
+    line per change, and each line of output as it comes."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -57,6 +61,15 @@ class Progress:
         self._since = time.time()
         self._last_line = ""
         self._status = console.status("", spinner="dots") if console.is_terminal else None
+        self._output: deque[str] = deque(maxlen=OUTPUT_LINES)
+
+    def output(self, line: str) -> None:
+        """One line of the task's live output: under the progress line on a terminal (its last few), else printed."""
+        if self._status is None:
+            self.console.print(line, markup=False, highlight=False, emoji=False)
+            return
+        self._output.append(line)
+        self.refresh()
 
     def line(self) -> str:
         if self.task is None:
@@ -72,7 +85,8 @@ class Progress:
 
     def refresh(self) -> None:
         if self._status is not None:
-            self._status.update(self.line())
+            under = "".join(f"\n[dim]{escape(text[: self.console.width - 4])}[/]" for text in self._output)
+            self._status.update(self.line() + under)
             return
         line = self.line().rsplit(" · ", 1)[0]  # without the elapsed time, which changes every time
         if self.task is not None and line != self._last_line:

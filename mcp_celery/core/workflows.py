@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from mcp_celery.core.status import TaskView
+from mcp_celery.core.status import TaskView, with_artifacts
 from mcp_celery.protocol import INTERNAL_ERROR, QUEUED_MESSAGE, call_tool_result
 from mcp_celery.store.schema import TaskRecord
 
@@ -177,6 +177,9 @@ def aggregate(
         return _failure(f"the merge step {workflow.merge.label} ({workflow.merge.name})", merge, live, updated)
     done = all(found is not None and found[1].terminal for _, found in header)
     finished = _finished(workflow, header, merge, structured, updated) if done else None
+    if finished is not None and finished.view.result is not None:
+        # The members' artifacts are the task's (`worker.execution`): linked after the result, as a job's are.
+        return replace(finished, view=replace(finished.view, result=with_artifacts(finished.view.result, parent)))
     if finished is not None:
         return finished
     waiting = _questions(workflow, members)

@@ -1,11 +1,11 @@
-"""`resources/read` (and an empty `resources/list`): a task's artifacts as MCP resources.
+"""`resources/read` (and an empty `resources/list`): a task's artifacts and live output as MCP resources.
 
 Server tier, a surface over the task service, for every client (with the tasks extension or not).
-The lookup is the service's (`TaskService.find_artifact`, the owner check of `tasks/get`): an
-unknown, expired or foreign task, a name its record does not list and a URI that is not an artifact's
-all get the one resource-not-found error, so a URI tells nothing about tasks that are not the
-caller's. That error is -32602 (Invalid params) on 2026-07-28, as SEP-2164 made it, and -32002 on
-the earlier revisions that defined that code.
+The lookup is the service's (`TaskService.find_artifact` and `find_output`, the owner check of
+`tasks/get`): an unknown, expired or foreign task, a name its record does not list and a URI that is
+neither an artifact's nor a task's output all get the one resource-not-found error, so a URI tells
+nothing about tasks that are not the caller's. That error is -32602 (Invalid params) on 2026-07-28,
+as SEP-2164 made it, and -32002 on the earlier revisions that defined that code.
 
 An artifact larger than MCP_CELERY_ARTIFACT_READ_MAX_BYTES is refused with a message that names the
 setting and the HTTP download (`mcp_celery.server.downloads`), which streams any size.
@@ -20,18 +20,27 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_celery.protocol import INVALID_PARAMS
+from mcp_celery.protocol import INVALID_PARAMS, split_output_uri
 from mcp_celery.server.engine.service import TaskService
 from mcp_celery.server.tasks import envelope
 from mcp_celery.server.tasks.envelope import RequestContext
 from mcp_celery.store.artifacts import parse_uri
 
-__all__ = ["DOWNLOAD_PATH", "LEGACY_RESOURCE_NOT_FOUND", "list_resources", "read_resource", "resource_not_found"]
+__all__ = [
+    "DOWNLOAD_PATH",
+    "LEGACY_RESOURCE_NOT_FOUND",
+    "OUTPUT_MIME",
+    "list_resources",
+    "read_resource",
+    "resource_not_found",
+]
 
 #: The resource-not-found code of the revisions before 2026-07-28 (retired there by SEP-2164).
 LEGACY_RESOURCE_NOT_FOUND = -32002
 #: Where the HTTP server serves an artifact's bytes.
 DOWNLOAD_PATH = "/artifacts/{task_id}/{name}"
+#: A task's live output (`mcp-celery://tasks/{taskId}/output`, `mcp_celery.store.output`).
+OUTPUT_MIME = "text/plain"
 #: The code of a refusal that a download would not meet: JSON-RPC's "invalid request".
 _TOO_LARGE = -32600
 
@@ -45,8 +54,16 @@ def resource_not_found(ctx: RequestContext, uri: str) -> MCPError:
 async def read_resource(
     service: TaskService, ctx: RequestContext, params: types.ReadResourceRequestParams
 ) -> types.ReadResourceResult:
-    """An artifact's contents: `text` for a text type that is UTF-8, else a base64 `blob`."""
+    """An artifact's contents (`text` for a text type that is UTF-8, else a base64 `blob`), or a task's output."""
     uri = params.uri
+    output_of = split_output_uri(uri)
+    if output_of is not None:
+        text = await service.find_output(envelope.principal(ctx), output_of)
+        if text is None:
+            raise resource_not_found(ctx, uri)
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=OUTPUT_MIME, text=text)]
+        )
     parsed = parse_uri(uri)
     artifact = None if parsed is None else await service.find_artifact(envelope.principal(ctx), *parsed)
     if artifact is None:

@@ -10,8 +10,9 @@ the same commands and decode with the same codec, so the two sides cannot drift.
     commands.py      what the Redis topology changes in the commands sent
     connect.py       Redis clients from a URL and the settings, sync or asyncio
     sync.py          the worker's store; sync_waits.py its waiting loops, sync_members.py workflows,
-                     sync_artifacts.py artifacts
+                     sync_artifacts.py artifacts, sync_output.py the live output
     artifacts.py     artifact names, URIs and meta, and the fsspec stores of their bytes
+    output.py        a task's live output: what is kept, and how a reader sees it
     aio.py           the server's store
     replication.py   the WAIT behind a write that must outlive a failover
     retry.py         how the worker's store waits out a Redis away for a moment

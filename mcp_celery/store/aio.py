@@ -61,6 +61,7 @@ class AsyncStore:
         self._answer = client.register_script(scripts.publishing(scripts.ANSWER, publish))
         self._freeze = client.register_script(scripts.publishing(scripts.FREEZE, publish))
         self._cancel = client.register_script(scripts.publishing(scripts.CANCEL, publish))
+        self._output_read = client.register_script(scripts.OUTPUT_READ)
         self._pipelined = AsyncPipelined(client, [self._answer, self._cancel])
 
     async def create(
@@ -320,6 +321,12 @@ class AsyncStore:
             found, data = await pipe.execute()
         return bytes(data) if found and end > start else (b"" if found else None)
 
+    async def output(self, task_id: str) -> tuple[int, bytes]:
+        """The task's live output as stored, and the bytes dropped before it (`mcp_celery.store.output`)."""
+        keys = [self.keys.task(task_id), self.keys.output(task_id)]
+        dropped, data = await self._output_read(keys=keys)
+        return int(dropped or 0), bytes(data or b"")
+
     async def records_exist(self, task_ids: Sequence[str]) -> list[bool]:
         """Whether each task's record exists (the artifact sweep's question), in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -364,7 +371,7 @@ class AsyncStore:
         return int(count)
 
     async def delete(self, task_id: str) -> None:
-        await self.redis.delete(self.keys.task(task_id))
+        await self.redis.delete(self.keys.task(task_id), self.keys.output(task_id))
 
     async def aclose(self) -> None:
         await self.redis.aclose()

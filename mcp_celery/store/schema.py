@@ -55,6 +55,7 @@ __all__ = [
     "JOB_FIELDS",
     "KEY_LAYOUT",
     "MEMBER_MARK",
+    "OUTPUT_EVENT",
     "Keys",
     "Lifetimes",
     "TaskRecord",
@@ -102,7 +103,13 @@ class FIELD:
     PARKED = "parked"
     #: The Celery signature (kombu JSON) that runs a parked job again: its own message, sent once more.
     RESUME = "resume"
+    #: Bytes of the task's live output dropped so far (only the last MCP_CELERY_OUTPUT_KEEP_BYTES are kept).
+    OUTPUT_DROPPED = "out-dropped"
 
+
+#: What the scripts PUBLISH on a task's event channel when its live output grew (every other message
+#: is a change of its state): listeners of the output act on it, and watchers of the state ignore it.
+OUTPUT_EVENT = "output"
 
 #: Prefix of the task-hash fields that hold outstanding input requests.
 INPUT_FIELD_PREFIX = "in:"
@@ -172,6 +179,10 @@ class Keys:
     def artifact(self, task_id: str, name: str) -> str:
         """The bytes of a task's artifact `name` (`MCP_CELERY_ARTIFACTS=redis`; `mcp_celery.store.artifacts`)."""
         return f"{self.task(task_id)}:artifact:{name}"
+
+    def output(self, task_id: str) -> str:
+        """The task's live output (`ctx.output`; `mcp_celery.store.output`), expiring with the record."""
+        return f"{self.task(task_id)}:output"
 
     def live(self) -> str:
         """Sorted set of running tasks scored by the time their heartbeat runs out (ms).

@@ -14,7 +14,7 @@ for a cluster store (sharded pub/sub), the one place the command changes.
 from __future__ import annotations
 
 from mcp_celery.store.ended import ENDED
-from mcp_celery.store.schema import ARTIFACT_PREFIX, FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS
+from mcp_celery.store.schema import ARTIFACT_PREFIX, FIELD, INPUT_FIELD_PREFIX, JOB_FIELDS, OUTPUT_EVENT
 
 __all__ = [
     "ANSWER",
@@ -26,6 +26,8 @@ __all__ = [
     "JOB_START",
     "LAUNCH",
     "LOST",
+    "OUTPUT_APPEND",
+    "OUTPUT_READ",
     "PARK",
     "POST_INPUTS",
     "PROGRESS",
@@ -341,4 +343,35 @@ if #KEYS > 1 then
 end
 redis.call('HSET', KEYS[1], field, ARGV[2])
 return {{1, 0}}
+"""
+
+
+# KEYS[1] task hash, KEYS[2] the task's output, KEYS[3] the task's event channel. ARGV[1] the text
+# (bytes), ARGV[2] the bytes kept, ARGV[3] how far past them the output may grow before it is cut back,
+# ARGV[4] bytes of this text the caller dropped already (a text longer than what is kept).
+# Appends to a task's live output while its record exists, in one round trip: cutting the output
+# back to the bytes kept only once it outgrew them by the slack makes the copy rare (one per slack's
+# worth of text), and readers cut the rest (`mcp_celery.store.output`). The dropped bytes are counted
+# in the record; the output expires with the record as it stands (JOB_END's caller expires it again,
+# `SyncStore.expire_artifacts`). Tells listeners. Returns 1 when written, 0 when the record is gone.
+OUTPUT_APPEND = f"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local size = redis.call('APPEND', KEYS[2], ARGV[1])
+local keep, dropped = tonumber(ARGV[2]), tonumber(ARGV[4])
+if size > keep + tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[2], redis.call('GETRANGE', KEYS[2], size - keep, -1))
+  dropped = dropped + size - keep
+end
+if dropped > 0 then redis.call('HINCRBY', KEYS[1], '{FIELD.OUTPUT_DROPPED}', dropped) end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) elseif ttl == -1 then redis.call('PERSIST', KEYS[2]) end
+redis.call('PUBLISH', KEYS[3], '{OUTPUT_EVENT}')
+return 1
+"""
+
+# KEYS[1] task hash, KEYS[2] the task's output.
+# The output and the count of bytes dropped before it, read together (an append between two reads
+# could cut the output and count the cut in between). Returns {dropped or false, output or false}.
+OUTPUT_READ = f"""
+return {{redis.call('HGET', KEYS[1], '{FIELD.OUTPUT_DROPPED}'), redis.call('GET', KEYS[2])}}
 """

@@ -1,7 +1,8 @@
 """The worker's shell over the store: synchronous redis-py, used from inside running jobs.
 
 The doorbell loops of a job waiting for answers or sleeping are in `sync_waits`, the workflow
-writes in `sync_members`, the artifacts in `sync_artifacts`, the retries while Redis is away in `retry`.
+writes in `sync_members`, the artifacts in `sync_artifacts`, the live output in `sync_output`, the
+retries while Redis is away in `retry`.
 
 With `Durability.min_replicas` (`mcp_celery.store.replication`), what a job decides on the server's
 acknowledged writes waits for the replicas too: its question, giving up on it at the timeout, its
@@ -39,6 +40,7 @@ from mcp_celery.store.schema import (
 )
 from mcp_celery.store.sync_artifacts import ArtifactWrites
 from mcp_celery.store.sync_members import MemberRecords
+from mcp_celery.store.sync_output import OutputWrites
 from mcp_celery.store.sync_waits import AnswerWait, DoorbellWaits
 
 __all__ = ["MEMO_PREFIX", "MIN_BLOCK_S", "AnswerWait", "ParkOutcome", "SyncStore"]
@@ -60,7 +62,7 @@ ParkOutcome = Literal["parked", "answered", "cancel"]
 _STARTED = json.dumps({"status": "STARTED"})
 
 
-class SyncStore(DoorbellWaits, MemberRecords, ArtifactWrites):
+class SyncStore(DoorbellWaits, MemberRecords, ArtifactWrites, OutputWrites):
     """The worker's view of the store. Its client must have no socket timeout (it blocks on BLPOP)."""
 
     def __init__(

@@ -50,19 +50,20 @@ class ArtifactWrites:
             )
         return int(stored) == 1
 
-    def expire_artifacts(self, task_id: str) -> None:
-        """Give the bytes of the task's artifacts in Redis the record's lifetime now (after the job's end set it)."""
+    def expire_artifacts(self, task_id: str, *, output: bool = False) -> None:
+        """Give the bytes of the task's artifacts in Redis, and with `output` its live output, the record's
+        lifetime now (after the job's end set it)."""
         record_key = self.keys.task(task_id)
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.pttl(record_key)
             pipe.hkeys(record_key)
             ttl_ms, fields = pipe.execute()
         names = [as_text(f)[len(ARTIFACT_PREFIX) :] for f in fields if as_text(f).startswith(ARTIFACT_PREFIX)]
-        if not names:
+        keys = [self.keys.artifact(task_id, name) for name in names] + ([self.keys.output(task_id)] if output else [])
+        if not keys:
             return
         with self.redis.pipeline(transaction=False) as pipe:
-            for name in names:
-                key = self.keys.artifact(task_id, name)
+            for key in keys:
                 if ttl_ms > 0:
                     pipe.pexpire(key, ttl_ms)
                 elif ttl_ms == -1:

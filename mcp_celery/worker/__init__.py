@@ -5,6 +5,7 @@
     execution.py     running one job: the code around every tool's Celery task body
     outcome.py       a job's outcome in the shape of Celery's result meta
     artifacts.py     `JobContext.artifact`: files handed over beside the result
+    output.py        `JobContext.output`: the live output a job prints as it runs
     heartbeat.py     the heartbeat of running jobs
     parking.py       a job whose question stays open ends its run; the answer runs it again
     approvals.py     `ctx.approve`'s request, its page index entry and the webhook POST

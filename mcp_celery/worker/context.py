@@ -41,6 +41,7 @@ from mcp_celery.worker import approvals, parking, workflow
 from mcp_celery.worker.approvals import ApprovalConfig
 from mcp_celery.worker.artifacts import ArtifactSink
 from mcp_celery.worker.heartbeat import Heartbeat
+from mcp_celery.worker.output import OutputSink, write_output
 
 if TYPE_CHECKING:
     from celery import Task
@@ -95,9 +96,10 @@ class JobContext:
         park_after_s: float | None = None,
         artifacts: ArtifactSink | None = None,
         approvals: ApprovalConfig | None = None,
+        output: OutputSink | None = None,
     ) -> None:
         self._task = task
-        self._artifacts = artifacts
+        self._artifacts, self._output = artifacts, output
         self._approvals = approvals or ApprovalConfig()
         self._heartbeat = heartbeat
         #: How long this run has waited for answers (ms): the ended stream's time in input_required.
@@ -235,10 +237,14 @@ class JobContext:
             raise ArtifactError("ctx.artifact() needs an MCP task: this job was started outside MCP")
         return self._artifacts.put(name, data, path, mime_type)
 
+    def output(self, text: str, *, end: str = "\n") -> None:
+        """Append `text` and `end` to the task's live output, `mcp-celery://tasks/{taskId}/output` (`worker.output`)."""
+        write_output(self._output, self.task_id, text + end)
+
     @property
-    def wrote_artifacts(self) -> bool:
-        """Whether this run handed over an artifact."""
-        return self._artifacts is not None and self._artifacts.wrote
+    def kept_bytes(self) -> bool:
+        """Whether this run kept bytes beside the record (artifacts in Redis, live output) to expire with it."""
+        return any(sink is not None and sink.wrote for sink in (self._artifacts, self._output))
 
     def sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the client cancels.
@@ -377,10 +383,7 @@ class JobContext:
         return decided
 
     def roots(self, timeout: float | None = None) -> ListRootsResult:
-        """Ask the client for its roots (`roots/list`).
-
-        Raises: as `ask`.
-        """
+        """Ask the client for its roots (`roots/list`). Raises: as `ask`."""
         return ListRootsResult.model_validate(self.ask({"roots": roots_request()}, timeout)["roots"])
 
     def _attached_record(self) -> TaskRecord:

@@ -36,6 +36,7 @@ from mcp_celery.worker.artifacts import ArtifactSink
 from mcp_celery.worker.config import worker_binding
 from mcp_celery.worker.context import JobContext, activate
 from mcp_celery.worker.heartbeat import Heartbeat
+from mcp_celery.worker.output import OutputSink
 from mcp_celery.worker.workflow import WorkflowStarted, after_member
 
 __all__ = ["RERUNS_USED_UP", "is_tool_task", "run_job"]
@@ -80,8 +81,10 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
         queue_check_s=queue_check_s,
         heartbeat=heartbeat,
         park_after_s=None if record.sync else parking.park_after_s(celery_task, settings.park_after_s),
-        artifacts=ArtifactSink(store, record.task_id, settings.artifacts, settings.artifact_max_bytes),
+        # A workflow member's artifacts and output are its MCP task's: the task the client holds and reads.
+        artifacts=ArtifactSink(store, record.parent or record.task_id, settings.artifacts, settings.artifact_max_bytes),
         approvals=ApprovalConfig.from_settings(settings),
+        output=OutputSink(store, record.parent or record.task_id, settings.output_keep_bytes),
     )
     heartbeat.node = heartbeat.node or str(celery_task.request.hostname or "")
     # Its listeners hear of the start from the heartbeat, unless an earlier delivery's outcome stands.
@@ -170,19 +173,19 @@ def _finish(
     interrupted: bool,
     started_ms: int,
 ) -> None:
-    """Store how the job ended; then its artifacts in Redis live as long as the record."""
+    """Store how the job ended; then its artifacts in Redis and its live output live as long as the record."""
     entry = None if ended is None else _entry(record, ended, started_ms, ctx.input_wait_ms)
-    # This run's artifacts, or (it started before: a park, a redelivery) an earlier run's.
-    artifacts = ctx.wrote_artifacts or record.alive_until_ms is not None
+    # This run's artifacts or output, or (it started before: a park, a redelivery) an earlier run's.
+    artifacts = ctx.kept_bytes or record.alive_until_ms is not None
     _end(store, heartbeat, record, asked=ctx.asked_for_input, ended=ended, interrupted=interrupted, entry=entry)
     if artifacts and not interrupted:
         _expire_artifacts(store, record.task_id)
 
 
 def _expire_artifacts(store: SyncStore, task_id: str) -> None:
-    """The bytes of the task's artifacts in Redis live as long as its record, from its end on."""
+    """The bytes of the task's artifacts in Redis and its output live as long as its record, from its end on."""
     try:
-        store.expire_artifacts(task_id)
+        store.expire_artifacts(task_id, output=True)
     except (RedisError, OSError):  # they expire anyway, a job's length after the record at most
         logger.warning("task %s: could not expire its artifacts with the record", task_id, exc_info=True)
 

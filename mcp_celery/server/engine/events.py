@@ -13,6 +13,9 @@ to nobody else, and the listener holds one connection per node it listens on. re
 pub/sub reads its nodes in turn (so each read waits briefly, `SHARDED_READ_S`), and its turn
 keeps a node whose last channel went: the listener then starts a fresh one (`_renew`).
 
+A job's live output growing is announced on the same channel (`OUTPUT_EVENT`): it wakes only the
+watchers of that output, which batch the notifications they send (`mcp_celery.server.tasks.listen`).
+
 Pub/sub rather than streams: a message only says "look again", and the state itself is read
 from the record (one round trip, exactly what `tasks/get` returns), so nothing needs replay: a
 watcher subscribes first and then reads, and misses nothing. "First" means Redis confirmed the
@@ -36,11 +39,13 @@ import anyio
 from redis.exceptions import RedisError
 
 from mcp_celery.store.connect import AsyncRedis
+from mcp_celery.store.schema import OUTPUT_EVENT
 
 __all__ = ["TaskEvents", "Watcher"]
 
 logger = logging.getLogger(__name__)
 
+_OUTPUT_EVENT = OUTPUT_EVENT.encode()
 #: How long one read of a cluster node's sharded channels waits before the next node's turn.
 SHARDED_READ_S = 0.05
 #: The longest a new watch waits for Redis to confirm its subscriptions (then it goes on unconfirmed,
@@ -49,16 +54,32 @@ CONFIRM_S = 1.0
 
 
 class Watcher:
-    """The ids of watched tasks that changed since the last `changed()`."""
+    """The ids of watched tasks that changed since the last `changed()`, and of those whose output grew."""
 
-    def __init__(self, task_ids: Iterable[str]) -> None:
-        self.task_ids = frozenset(task_ids)
+    def __init__(self, task_ids: Iterable[str], outputs: Iterable[str] = ()) -> None:
+        self.states = frozenset(task_ids)
+        self.outputs = frozenset(outputs)
+        #: Every task this watcher listens to (a channel each).
+        self.task_ids = self.states | self.outputs
         self._dirty: set[str] = set()
+        self._grown: set[str] = set()
         self._event = anyio.Event()
 
     def mark(self, task_id: str) -> None:
-        self._dirty.add(task_id)
-        self._event.set()
+        if task_id in self.states:
+            self._dirty.add(task_id)
+            self._event.set()
+
+    def mark_output(self, task_id: str) -> None:
+        """The task's live output grew: wakes only a watcher of its output (a state's watcher reads nothing)."""
+        if task_id in self.outputs:
+            self._grown.add(task_id)
+            self._event.set()
+
+    def grown(self) -> set[str]:
+        """The watched outputs that grew since the last call."""
+        grown, self._grown = self._grown, set()
+        return grown
 
     async def changed(self, timeout: float | None = None) -> set[str]:
         """Wait until a watched task changes (or `timeout` seconds pass); returns the changed ids."""
@@ -100,9 +121,9 @@ class TaskEvents:
         return len({watcher for watchers in self._watchers.values() for watcher in watchers})
 
     @asynccontextmanager
-    async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[Watcher]:
-        """Listen for changes of `task_ids` for the duration of the block."""
-        watcher = Watcher(task_ids)
+    async def watch(self, task_ids: Iterable[str], outputs: Iterable[str] = ()) -> AsyncIterator[Watcher]:
+        """Listen for changes of `task_ids`, and for the growth of the live output of `outputs`, for the block."""
+        watcher = Watcher(task_ids, outputs)
         new: list[bytes] = []
         for task_id in watcher.task_ids:
             channel = self._channel_of(task_id).encode()
@@ -155,8 +176,9 @@ class TaskEvents:
         """A change wakes the watchers of its task; a subscription's confirmation, the watch awaiting it."""
         kind = message.get("type")
         if kind in ("message", "smessage"):
+            output = bytes(message["data"]) == _OUTPUT_EVENT
             for watcher, task_id in list(self._watchers.get(bytes(message["channel"]), {}).items()):
-                watcher.mark(task_id)
+                (watcher.mark_output if output else watcher.mark)(task_id)
         elif kind in ("subscribe", "ssubscribe"):
             self._confirm(bytes(message["channel"]))
 
@@ -258,3 +280,4 @@ class TaskEvents:
         for watchers in list(self._watchers.values()):
             for watcher, task_id in list(watchers.items()):
                 watcher.mark(task_id)
+                watcher.mark_output(task_id)

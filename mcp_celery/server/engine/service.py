@@ -58,6 +58,7 @@ from mcp_celery.server.ops.diagnostics import report_on_signal
 from mcp_celery.store.aio import AsyncStore, NotReplicated
 from mcp_celery.store.artifacts import ArtifactMeta, fsspec_store
 from mcp_celery.store.connect import async_client
+from mcp_celery.store.output import render as render_output
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["Found", "TaskService"]
@@ -291,6 +292,16 @@ class TaskService:
         found = await self.find(principal, task_id)
         meta = None if found is None else found[0].artifacts.get(name)
         return None if meta is None else Artifact(task_id, ArtifactMeta.from_json(name, meta))
+
+    async def find_output(self, principal: str, task_id: str) -> str | None:
+        """The task's live output, found as `find` finds the task: None for an unknown, expired or foreign task."""
+        found = await self.find(principal, task_id)
+        return None if found is None else await self.output_of(found)
+
+    async def output_of(self, found: Found) -> str:
+        """The live output of a task the caller found (`find`), as `resources/read` gives it (`store.output`)."""
+        dropped, data = await self.store.output(found[0].task_id)
+        return render_output(dropped, data, self.settings.output_keep_bytes)
 
     async def find_many(self, principal: str, task_ids: Sequence[str]) -> dict[str, Found]:
         """`find` of several ids in one round trip: only those that exist and belong to `principal`."""

@@ -7,8 +7,9 @@ owner check (an unknown, expired or foreign id is "no such task", alike), the sa
 validation and the same cancel as the SEP-2663 wire, from any replica and after a restart.
 
 Each answers in words for the model (`wording`) and as `structuredContent` for programs:
-`task_status` gives the task exactly as `tasks/get` does (without `resultType`), and, once the
-task completed, the job's own content blocks, so the model reads the real result.
+`task_status` gives the task exactly as `tasks/get` does (without `resultType`), the last few
+lines of the job's live output, and, once the task completed, the job's own content blocks, so the
+model reads the real result.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mcp_celery.server.plain import wording
 from mcp_celery.server.plain.call import window_s
 from mcp_celery.server.tasks import envelope
 from mcp_celery.server.tasks.envelope import RequestContext
+from mcp_celery.store.output import last_lines
 
 __all__ = ["NAMES", "TOOLS", "call"]
 
@@ -134,7 +136,7 @@ async def _status(service: TaskService, ctx: RequestContext, args: _StatusArgume
     wait_s = min(args.wait_seconds, window_s(service, service.tools.get(found[0].tool)))
     if wait_s > 0 and found[1].status not in TERMINAL_STATUSES:
         found = await _changed(service, principal, found, wait_s) or found
-    return _status_result(service, found)
+    return _status_result(service, found, last_lines(await service.output_of(found)))
 
 
 async def _changed(service: TaskService, principal: str, found: Found, wait_s: float) -> Found | None:
@@ -154,12 +156,14 @@ async def _changed(service: TaskService, principal: str, found: Found, wait_s: f
         return latest
 
 
-def _status_result(service: TaskService, found: Found) -> types.CallToolResult:
+def _status_result(service: TaskService, found: Found, output: list[str]) -> types.CallToolResult:
     record, view = found
     task = service.detailed_task(found)
     wait_s = window_s(service, service.tools.get(record.tool))
     words = f"Task {record.task_id} (tool {record.tool}) is {view.status}. {wording.state_of(record, view, wait_s)}"
     content: list[dict[str, Any]] = [{"type": "text", "text": words}]
+    if output:  # a glimpse of the job's live output: the host may not read resources
+        content.append({"type": "text", "text": wording.output_tail(record.task_id, output)})
     is_error = view.status == "failed"
     if view.status == "completed" and view.result is not None:
         content += list(view.result.get("content") or [])  # the job's own result, for the model to read

@@ -13,9 +13,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_celery.core.status import TaskView
+from mcp_celery.protocol import output_uri
 from mcp_celery.store.schema import TaskRecord
 
-__all__ = ["NO_SUCH_TASK", "STATUS_TOOL", "RESPOND_TOOL", "CANCEL_TOOL", "questions", "running", "state_of"]
+__all__ = [
+    "NO_SUCH_TASK",
+    "STATUS_TOOL",
+    "RESPOND_TOOL",
+    "CANCEL_TOOL",
+    "output_tail",
+    "questions",
+    "running",
+    "state_of",
+]
 
 STATUS_TOOL, RESPOND_TOOL, CANCEL_TOOL = "task_status", "task_respond", "task_cancel"
 #: Unknown, expired and other principals' task ids all get these words, so existence never leaks.
@@ -53,6 +63,11 @@ def state_of(record: TaskRecord, view: TaskView, wait_s: float) -> str:
     if view.status == "cancelled":
         return f"The task was cancelled ({view.status_message or 'cancelled'})."
     return "The task completed; its result follows."
+
+
+def output_tail(task_id: str, lines: list[str]) -> str:
+    """The last lines of the job's live output, and where the whole of it is."""
+    return f"Its output ends with (all of it: resources/read {output_uri(task_id)}):\n" + "\n".join(lines)
 
 
 def questions(task_id: str, requests: Mapping[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 creation.py   `tools/call`: arguments, the task mode, `ask_first`, then a task or a plain call
 handlers.py   `tasks/get`, `tasks/update`, `tasks/cancel`
-listen.py     `subscriptions/listen`: `notifications/tasks` pushed to the client
+listen.py     `subscriptions/listen`: `notifications/tasks` and the outputs' updates pushed to the client
+pacing.py     at most 4 output updates a second per URI
 envelope.py   what a request's envelope says: declared capabilities, Mcp-Name, the caller
 """
