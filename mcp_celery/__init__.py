@@ -35,8 +35,10 @@ __version__ = "0.1.0"
 if _typing.TYPE_CHECKING:
     from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
+    from mcp_celery.core.approvals import Approval
     from mcp_celery.core.workflows import MemberStatus
     from mcp_celery.errors import (
+        ArtifactError,
         ConfigurationError,
         InputNotSupported,
         InputTimeout,
@@ -56,6 +58,7 @@ _EXPORTS = {
     "CreateMessageResultWithTools": "mcp_types",
     "ElicitResult": "mcp_types",
     "ListRootsResult": "mcp_types",
+    "ArtifactError": "mcp_celery.errors",
     "ConfigurationError": "mcp_celery.errors",
     "InputNotSupported": "mcp_celery.errors",
     "InputTimeout": "mcp_celery.errors",
@@ -74,9 +77,12 @@ _EXPORTS = {
     "expose": "mcp_celery.worker",
     "tool": "mcp_celery.worker",
     "MemberStatus": "mcp_celery.core.workflows",
+    "Approval": "mcp_celery.core.approvals",
 }
 
 __all__ = [
+    "Approval",
+    "ArtifactError",
     "ConfigurationError",
     "CreateMessageResult",
     "CreateMessageResultWithTools",

@@ -1,11 +1,10 @@
-"""The approval tests' deployment: a private Redis, tokens for alice, bob and carol, a webhook receiver,
-an HTTP server on a port chosen first (MCP_CELERY_PUBLIC_URL must name it for the workers), and a
-page client that signs in and posts forms as a browser would (cookies by hand: they are Secure)."""
+"""The approval tests' deployment: a private Redis, tokens for alice, bob and carol, a webhook receiver and
+an HTTP server on a port chosen first (MCP_CELERY_PUBLIC_URL must name it for the workers). The page
+client that signs in and posts forms as a browser would is `mcp_celery.testing.approvals`'."""
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -14,16 +13,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from mcp_celery.server.edge.tokens import new_token
+from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, start_redis
 from tests import approval_jobs
 from tests.support import HttpClient, Process, http_answers, start_worker
 
 APP = "tests.approval_jobs"
 PEOPLE = ("alice", "bob", "carol")
+
+__all__ = ["PEOPLE", "Deployment", "PageClient", "Webhook", "approval_path", "csrf_of", "deployment_fixture"]
 
 
 @dataclass
@@ -108,57 +109,3 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     receiver.shutdown()
     receiver.server_close()
     redis_proc.stop()
-
-
-class PageClient:
-    """The approval page as a browser without JavaScript uses it: forms, cookies, redirects by hand."""
-
-    def __init__(self, base: str) -> None:
-        self.http = httpx.Client(base_url=base, follow_redirects=False, timeout=30)
-        self.cookies: dict[str, str] = {}
-
-    def _keep(self, response: httpx.Response) -> httpx.Response:
-        for header in response.headers.get_list("set-cookie"):
-            name, _, rest = header.partition("=")
-            value = rest.split(";", 1)[0]
-            if "Max-Age=0" in header:
-                self.cookies.pop(name, None)
-            else:
-                self.cookies[name] = value
-        return response
-
-    def _cookie_header(self) -> dict[str, str]:
-        return {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())} if self.cookies else {}
-
-    def get(self, path: str) -> httpx.Response:
-        return self._keep(self.http.get(path, headers=self._cookie_header()))
-
-    def post(self, path: str, form: dict[str, str]) -> httpx.Response:
-        return self._keep(self.http.post(path, data=form, headers=self._cookie_header()))
-
-    def sign_in(self, token: str) -> httpx.Response:
-        page = self.get("/approvals")
-        return self.post(
-            "/approvals/sign-in",
-            {"csrf": csrf_of(page.text, "/approvals/sign-in"), "next": "/approvals", "token": token},
-        )
-
-    def decide(self, path: str, decision: str, comment: str = "") -> httpx.Response:
-        page = self.get(path)
-        return self.post(path, {"csrf": csrf_of(page.text, path), "decision": decision, "comment": comment})
-
-    def close(self) -> None:
-        self.http.close()
-
-
-def csrf_of(page: str, action: str) -> str:
-    """The CSRF token of the page's form that posts to `action`."""
-    found = re.search(rf'action="{re.escape(action)}"><input type="hidden" name="csrf" value="([^"]+)"', page)
-    assert found, page
-    return found.group(1)
-
-
-def approval_path(task: dict[str, Any]) -> str:
-    """The page path of the task's one approval request."""
-    (request,) = task["inputRequests"].values()
-    return "/approvals/" + str(request["params"]["url"]).rsplit("/approvals/", 1)[1]

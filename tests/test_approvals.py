@@ -7,12 +7,17 @@ driven as a browser without JavaScript drives it (`tests/test_approval_browser.p
 
 from __future__ import annotations
 
+import json
+import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 
+from mcp_celery.logs import principal_digest
 from mcp_celery.protocol import TASK_HANDLE_META
 from mcp_celery.testing.processes import wait_for
 from tests.approval_support import Deployment, PageClient, approval_path, csrf_of, deployment_fixture  # noqa: F401 - the fixture
@@ -72,6 +77,51 @@ def test_a_client_with_url_elicitation_gets_the_url_request_and_its_answer_decid
     done = ended(alice, task_id)
     assert done["status"] == "completed", done
     assert done["result"]["content"][0]["text"] == "approved by bob: looks right", done
+
+
+class EventWatcher:
+    """Celery events of the approval app, received as Flower receives them (a receiver on the broker)."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.app = Celery("approval-events", broker=broker_url)
+        self.seen: list[dict[str, Any]] = []
+        self._connection = self.app.connection_for_read()
+        self._receiver = self.app.events.Receiver(self._connection, handlers={"*": self.seen.append})
+        self._thread = threading.Thread(target=self._receiver.capture, kwargs={"wakeup": False}, daemon=True)
+
+    def __enter__(self) -> EventWatcher:
+        self._thread.start()
+        # Events sent before the receiver's queue is bound are lost: send probes until one comes back.
+        probe = f"probe-{uuid.uuid4()}"
+
+        def probed() -> bool:
+            with self.app.events.default_dispatcher() as dispatcher:
+                dispatcher.send("test-probe", probe=probe)
+            return any(e.get("probe") == probe for e in self.seen)
+
+        wait_for(probed, 30, 0.2, "the event receiver to receive its own probe")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._receiver.should_stop = True
+        self._thread.join(timeout=10)
+        self._connection.release()
+
+    def of(self, event_type: str) -> list[dict[str, Any]]:
+        return [e for e in self.seen if e["type"] == event_type]
+
+
+def test_the_decision_is_a_celery_event_for_flower_with_the_deciders_hashed_name(
+    deployment: Deployment, worker: Process, alice: HttpClient, bob_page: PageClient
+) -> None:
+    with EventWatcher(deployment.env["APPROVAL_BROKER_URL"]) as events:
+        task_id = alice.start("hold", {"n": 10, "approvers": ["bob"]}, **URL_ELICITATION)
+        assert bob_page.decide(approval_path(waiting(alice, task_id)), "approve", "fine").status_code == 303
+        assert ended(alice, task_id)["status"] == "completed"
+        (event,) = wait_for(lambda: events.of("task-approval") or None, 30, 0.05, "the task-approval event")
+    assert event["uuid"] == task_id and event["approved"] is True, event
+    assert event["by"] == principal_digest("bob") and event["result"] == f"approved by {principal_digest('bob')}"
+    assert "bob" not in json.dumps(event), event  # the decider's name stays out of the event stream
 
 
 def test_a_client_without_url_elicitation_sees_the_link_in_the_status_message(

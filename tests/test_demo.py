@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import site
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcp_celery.testing.processes import redis_answers, start_redis
+from mcp_celery.testing.processes import Process, redis_answers, start_redis
 from tests.support import ROOT, free_port
 
 
@@ -55,8 +57,9 @@ def test_the_demo_runs_on_a_private_redis_and_leaves_a_redis_it_could_have_found
     assert said is not None and said[2] != throwaway_redis, out.stdout
     assert "ignoring CELERY_BROKER_URL, CELERY_RESULT_BACKEND, MCP_CELERY_REDIS_URL" in out.stdout
     expected = ("result: demo done after 2 s", "'published': True", "cancelled by client", "result: 6 words")
+    released = ("input_required  waiting for approval: Publish mcp-celery 1.0.0?", "approved by bob: digest checked")
     plain = ("as a plain result: job done after 1 s", "nothing was cancelled", "result: job done after 5 s")
-    for line in (*expected, *plain):
+    for line in (*expected, *plain, *released):
         assert line in out.stdout, out.stdout
     # Step 1 is pushed, not polled: each of its changes came as a notifications/tasks, the last one the end.
     step_one = out.stdout.split("\n1. ", 1)[1].split("\n2. ", 1)[0].splitlines()[1:]
@@ -134,3 +137,51 @@ def test_the_demo_runs_from_a_plain_install_outside_the_checkout(tmp_path: Path)
         assert set(key_counts(redis.Redis.from_url(shared))) >= {"db0", "db1"}
     finally:
         redis_proc.stop()
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is `pid`, read from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_the_demo_serving_on_takes_the_token_it_prints_and_a_sigterm_stops_all_it_started(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MCP_CELERY_DEMO", "MCP_CELERY_TOKEN"))}
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    demo = Process(
+        [sys.executable, "-m", "mcp_celery", "demo", "--port", url.split(":")[2].split("/")[0], "--serve"],
+        env, tmp_path / "demo.out", cwd=ROOT,
+    )  # fmt: skip
+    started: list[int] = []
+    try:
+        demo.wait_ready(lambda: "until Ctrl-C" in demo.output(), 240, "the demo to serve on")
+        started = children_of(demo.pid)
+        assert len(started) == 3, (started, demo.output())  # its Redis, the worker and the server
+        token = re.search(r"export MCP_CELERY_TOKEN=(\S+)", demo.output())
+        assert token is not None, demo.output()
+        call = [sys.executable, "-m", "mcp_celery", "call", "slow_compute", "--args", '{"seconds": 1}', "--url", url]
+        refused = subprocess.run(call, env=env, capture_output=True, text=True, timeout=60)
+        assert refused.returncode != 0 and "needs a token" in refused.stderr, refused.stdout + refused.stderr
+        called = subprocess.run(
+            call, env={**env, "MCP_CELERY_TOKEN": token[1]}, capture_output=True, text=True, timeout=60
+        )
+        assert called.returncode == 0 and "job done after 1 s" in called.stdout, called.stdout + called.stderr
+        demo.proc.send_signal(signal.SIGTERM)  # the demo alone, as `kill PID` sends it
+        assert demo.proc.wait(timeout=60) == 0, demo.output()
+        for pid in started:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        logs = re.search(r"log: (\S+)/worker\.log", demo.output())
+        assert logs is not None and not Path(logs[1]).exists(), demo.output()
+    finally:
+        demo.stop()
+        for pid in started:  # each leads a process group of its own; left over only when the demo failed
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)

@@ -4,6 +4,7 @@
     top.py          `mcp-celery top`: the deployment live in a terminal, read from Redis
     demo.py         `mcp-celery demo`: Redis, a worker and the HTTP server, then a walkthrough
     demo_jobs.py    the demo's jobs and app (`mcp_celery.demo_jobs`, the name the guides use, is an alias)
+    release_job.py  the release job: build, a named person's approval, publish (`jobs.release`; the demo's step 6)
 
 `mcp-celery call` and `mcp-celery tasks ...` are the client's (`mcp_celery.client._cli`). `main` is
 loaded lazily, so that this package alone loads nothing: each subcommand loads its tier when it runs.

@@ -6,13 +6,15 @@ binary, else the one `[embedded]` ships), with its files in the demo's temporary
 the machine already runs, or one named by CELERY_BROKER_URL for another project, is never
 written to. A shared Redis is used only when named by MCP_CELERY_DEMO_REDIS. Everything it starts
 is stopped by pid when it ends, and its temporary folder removed. The walkthrough speaks raw
-JSON-RPC, to show the wire.
+JSON-RPC, to show the wire. The server signs callers in with tokens the demo makes for "you" and
+"bob" (step 6: bob approves your release on the approval page).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -21,9 +23,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from mcp_celery.client._cli import TOKEN_ENV
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities
 from mcp_celery.redact import redact
+from mcp_celery.server.edge.tokens import new_token
+from mcp_celery.testing.approvals import PageClient, approval_path
 from mcp_celery.testing.jsonrpc import RawHttpClient
 from mcp_celery.testing.processes import Process, redis_answers, start_redis
 
@@ -36,6 +41,8 @@ FOUND_REDIS_ENV = ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "MCP_CELERY_RED
 DEMO_APP = "mcp_celery.cli.demo_jobs"
 #: The demo server's inline window (MCP_CELERY_INLINE_S; 20 s by default), short so step 5 shows a handle.
 DEMO_INLINE_S = 2
+#: Who calls the tools, and who approves the release (step 6): principals of the demo's tokens file.
+CALLER, APPROVER = "you", "bob"
 
 
 def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
@@ -47,16 +54,27 @@ def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
     named = _named_redis()
     workdir = Path(tempfile.mkdtemp(prefix="mcp-celery-demo-"))
     ok = False
+    previous = {sig: signal.signal(sig, _interrupt) for sig in _STOP_SIGNALS}
     try:
         with _processes() as started:
             env = _demo_env(named or _private_redis(started, workdir))
             ok = _run(env, workdir, started, port, keep_serving)
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if ok:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"the demo's logs are kept in {workdir}", file=sys.stderr)
     return 0 if ok else 1
+
+
+#: Signals that end the demo as Ctrl-C does (`kill`, a closed terminal), so that it stops what it started.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _named_redis() -> str | None:
@@ -96,6 +114,15 @@ def _demo_env(base: str) -> dict[str, str]:
 
 
 def _run(env: dict[str, str], workdir: Path, started: list[Process], port: int, keep_serving: bool) -> bool:
+    url = f"http://127.0.0.1:{port}/mcp"
+    tokens = {person: new_token(person, workdir / "tokens") for person in (CALLER, APPROVER)}
+    env = {
+        **env,
+        "MCP_CELERY_PUBLIC_URL": url,  # the workers put the approval page's link in the request
+        "RELEASE_APPROVERS": APPROVER,
+        "RELEASE_WORK_DIR": str(workdir / "release-build"),
+        "RELEASE_PUBLISH_DIR": str(workdir / "releases"),
+    }
     worker = Process(
         [sys.executable, "-m", "celery", "-A", DEMO_APP, "worker", "-P", "prefork", "-c", "3", "-n",
          f"demo-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "INFO"],
@@ -104,22 +131,24 @@ def _run(env: dict[str, str], workdir: Path, started: list[Process], port: int, 
     started.append(worker)
     worker.wait_ready(lambda: "ready." in worker.output(), 60, "the Celery worker")
     print(f"worker ready (celery -A {DEMO_APP} worker), log: {worker.log}")
-    url = f"http://127.0.0.1:{port}/mcp"
     server = Process(
         [sys.executable, "-m", "mcp_celery", "serve", "-A", DEMO_APP, "--http", "--port", str(port)],
-        {"MCP_CELERY_INLINE_S": str(DEMO_INLINE_S), **env},
+        {"MCP_CELERY_INLINE_S": str(DEMO_INLINE_S), "MCP_CELERY_AUTH_TOKENS": str(workdir / "tokens"), **env},
         workdir / "server.log",
     )
     started.append(server)
     server.wait_ready(lambda: _http_up(url), 60, "the MCP server")
-    print(f"MCP server ready (mcp-celery serve -A {DEMO_APP} --http --port {port}): {url}\n")
-    client = Walkthrough(url)
+    print(f"MCP server ready (mcp-celery serve -A {DEMO_APP} --http --port {port}): {url}")
+    print(f"tokens for {CALLER!r} (the walkthrough's caller) and {APPROVER!r}: {workdir / 'tokens'}\n")
+    client = Walkthrough(url, tokens)
     try:
         ok = client.run()
     finally:
         client.close()
     if keep_serving:
-        print(f"\nServing {url} until Ctrl-C.")
+        print(f"\nServing {url} until Ctrl-C. It needs a token: call it as {CALLER!r} with")
+        print(f"  export {TOKEN_ENV}={tokens[CALLER]}")
+        print(f"  mcp-celery call slow_compute --args '{{\"seconds\": 3}}' --url {url}")
         with suppress(KeyboardInterrupt):
             while worker.alive() and server.alive():
                 time.sleep(0.5)
@@ -127,7 +156,15 @@ def _run(env: dict[str, str], workdir: Path, started: list[Process], port: int, 
 
 
 class Walkthrough(RawHttpClient):
-    """The demo's client: raw JSON-RPC, as any 2026-07-28 client sends it, printing what it sees."""
+    """The demo's client: raw JSON-RPC, as any 2026-07-28 client sends it, printing what it sees.
+
+    It calls as `CALLER`; `tokens` holds the demo's tokens by principal.
+    """
+
+    def __init__(self, url: str, tokens: dict[str, str]) -> None:
+        super().__init__(url)
+        self.tokens = tokens
+        self.extra_headers["Authorization"] = f"Bearer {tokens[CALLER]}"
 
     def rpc(self, method: str, params: dict[str, Any], declare: bool = True) -> dict[str, Any]:
         reply = self.call(method, params, capabilities=client_capabilities(declare, elicitation={}))
@@ -203,7 +240,13 @@ def _walkthrough(client: Walkthrough) -> bool:
     print(f"  result: {words['result']['content'][0]['text']} words\n")
 
     plain = _plain_client(client)
-    return bool(done["status"] == "cancelled" and words["status"] == "completed" and plain["status"] == "completed")
+    released = _release(client)
+    return bool(
+        done["status"] == "cancelled"
+        and words["status"] == "completed"
+        and plain["status"] == "completed"
+        and released["status"] == "completed"
+    )
 
 
 def _plain_client(client: Walkthrough) -> dict[str, Any]:
@@ -223,6 +266,29 @@ def _plain_client(client: Walkthrough) -> dict[str, Any]:
         if task["status"] in TERMINAL_STATUSES:
             print(f"  result: {status['content'][-1]['text']}")
             return task
+
+
+def _release(client: Walkthrough) -> dict[str, Any]:
+    """Step 6: a release that another person approves on the server's page; returns the ended task."""
+    print(f"\n6. release builds, then asks {APPROVER!r} to approve on the server's page; the job parks meanwhile")
+    handle = client.rpc("tools/call", {"name": "release", "arguments": {"version": "1.0.0"}})
+    waiting = client.poll(handle["taskId"], {"input_required"} | set(TERMINAL_STATUSES))
+    if waiting["status"] != "input_required":
+        raise RuntimeError(f"the release did not ask for approval: {waiting}")
+    path = approval_path(waiting)
+    base = client.url.rsplit("/mcp", 1)[0]
+    print(f"  {APPROVER} signs in at {base}/approvals and approves {path}")
+    page = PageClient(base)
+    try:
+        for answer in (page.sign_in(client.tokens[APPROVER]), page.decide(path, "approve", "digest checked")):
+            if answer.status_code >= 400:
+                raise RuntimeError(f"the approval page answered {answer.status_code}: {answer.text[:300]}")
+    finally:
+        page.close()
+    done = client.poll(handle["taskId"], set(TERMINAL_STATUSES))
+    report = done.get("result", {}).get("structuredContent") or {}
+    print(f"  result: {report.get('decision')}; published {Path(report.get('published') or '-').name}")
+    return done
 
 
 @contextmanager

@@ -15,6 +15,7 @@ import time
 from celery import Celery
 from typing_extensions import TypedDict
 
+from mcp_celery.cli import release_job
 from mcp_celery.worker import JobContext, configure_app, expose, tool
 
 __all__ = ["TrainingReport", "app", "register"]
@@ -73,3 +74,5 @@ app = Celery(
 )
 configure_app(app)
 register(app)
+# The demo's step 6. A plain `register` leaves it out: the `jobs` app registers the release itself.
+release_job.register(app, park_after_s=0)
