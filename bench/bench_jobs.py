@@ -4,7 +4,8 @@ same as live output (for `python -m bench.live_output`), `ask_one`, a tool
 that asks its client one question (for `python -m bench.input_latency` and the cancel phase),
 `spin`, a tool that runs until it is cancelled (the cancel phase), and `ask_blocking` / `ask_parking`,
 one question then one status, the first waiting for its answer in the worker process, the second
-parking at once (for `python -m bench.parking`).
+parking at once (for `python -m bench.parking`), and `write_artifact`, a tool that hands over a file of
+random bytes as an artifact (for `python -m bench.artifact_download`).
 
 All share one app and so one configuration (`mcp_celery.configure_app`): raw Celery is measured with
 the same worker settings as ours. Broker and backend are db 0 of BENCH_REDIS_URL (set by `python -m
@@ -14,7 +15,9 @@ bench`), unless BENCH_BROKER_URL / BENCH_BACKEND_URL name other databases.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+from pathlib import Path
 
 from celery import Celery
 
@@ -95,3 +98,16 @@ def ask_blocking(ctx: mcp_celery.JobContext, timeout: float = 600) -> str:
 def ask_parking(ctx: mcp_celery.JobContext, timeout: float = 600) -> str:
     """Ask and park at once (the answer runs the job again from the top), then report a status."""
     return _ask_then_status(ctx, timeout)
+
+
+@mcp_celery.tool(app)
+def write_artifact(ctx: mcp_celery.JobContext, mb: int = 100, name: str = "blob.bin") -> dict[str, int]:
+    """Writes `mb` MB (10**6 bytes each) of random bytes to a file and hands it over as the artifact `name`
+    with `ctx.artifact(name, path=...)` (bench.artifact_download downloads it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        with path.open("wb") as file:
+            for _ in range(mb):
+                file.write(os.urandom(10**6))
+        link = ctx.artifact(name, path=path, mime_type="application/octet-stream")
+    return {"size": int(link["size"])}

@@ -54,6 +54,7 @@ BENCH_PAGES = {
     "results-fallback.md": "results-fallback.md",
     "results-parking.md": "results-parking.md",
     "results-live-output.md": "results-live-output.md",
+    "results-artifact-download.md": "results-artifact-download.md",
     "where-the-time-went.md": "where-the-time-went.md",
 }
 
