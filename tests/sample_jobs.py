@@ -228,10 +228,20 @@ mcp_celery.expose(add)
 
 @mcp_celery.tool(app, task_mode="required")
 def ask_one(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
+    return _publish_question(ctx, timeout)
+
+
+def _publish_question(ctx: mcp_celery.JobContext, timeout: float) -> str:
     answer = ctx.elicit("Publish the model?", CONFIRM, timeout=timeout)
     if answer.action != "accept":
         return f"user chose {answer.action}"
     return "published" if (answer.content or {}).get("confirm") else "kept"
+
+
+@mcp_celery.tool(app, task_mode="required", park_after_s=None)
+def ask_one_holding(ctx: mcp_celery.JobContext, timeout: float = 30) -> str:
+    """`ask_one` that never parks: the job waits for the answer in its worker process, whatever the window."""
+    return _publish_question(ctx, timeout)
 
 
 @mcp_celery.tool(app)

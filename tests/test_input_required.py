@@ -231,7 +231,9 @@ def test_answers_under_unknown_keys_or_of_the_wrong_shape_are_acked_and_change_n
 @pytest.mark.store
 def test_cancelling_a_task_waiting_for_input_wakes_the_job_which_ends_it_cancelled(patient_rpc: Rpc) -> None:
     rpc = patient_rpc
-    task_id = rpc.start("ask_one", {"timeout": 60})
+    # A tool that never parks: at the park window's end (MCP_CELERY_PARK_AFTER_S, 30 s, as long as the
+    # wait below) the park itself would end a cancelled task, and the test could not tell it from a wake-up.
+    task_id = rpc.start("ask_one_holding", {"timeout": 60})
     only_key(rpc.wait_inputs(task_id))
     wait_for(lambda: celery_state(task_id)[0] == "INPUT_REQUIRED", 20, what="the job to wait")
 
