@@ -330,8 +330,14 @@ def test_without_min_replicas_the_note_says_what_a_failover_lost(
     ledger, ends, note = failover(
         group, env, tmp_path, capsys, MCP_CELERY_REDIS_URL=group.url_for_db(2), MCP_CELERY_REDIS_MASTER_NAME=MASTER_NAME
     )
-    # Whatever this run lost (usually nothing on loopback), the note says so, each kind with its count,
-    # counted here afresh from what the clients were told and how each acknowledged task ended.
+    # Whatever this run lost (usually nothing on loopback), the note says so, each kind with its count
+    # (`test_the_note_names_each_kind_of_loss_with_its_count` checks the same on a run that lost some).
+    assert_note_names_what_was_lost(ledger, ends, note)
+
+
+def assert_note_names_what_was_lost(ledger: Ledger, ends: dict[str, dict[str, Any] | None], note: str) -> None:
+    """The note names each kind of loss with its count, counted here afresh from what the clients were
+    told and how each acknowledged task ended, and says 'lost: nothing' only when nothing was lost."""
     assert len(ends) == len(ledger.acknowledged) == TASKS, note
     assert f"{TASKS} tasks acknowledged, {len(ledger.answered)} answered" in note, note
     unknown = [task_id for task_id, task in ends.items() if task is None]
@@ -349,3 +355,22 @@ def test_without_min_replicas_the_note_says_what_a_failover_lost(
     assert ("lost: nothing" in note) == (not any(counted.values())), note
     if ledger.vanished:
         assert f"{len(ledger.vanished)} gone while the client waited" in note, note
+
+
+def test_the_note_names_each_kind_of_loss_with_its_count() -> None:
+    """A run that lost some of each kind, as the ledger and the ends would show it (no failover needed)."""
+    ledger = Ledger(acknowledged=[f"t{i}" for i in range(TASKS)], answered={"t1", "t2", "t3"}, vanished={"t0"})
+    completed = {"status": "completed", "result": {"content": [{"type": "text", "text": "ok"}]}}
+    ends: dict[str, dict[str, Any] | None] = dict.fromkeys(ledger.acknowledged, completed)
+    ends["t0"] = None  # the record is gone
+    timed_out = {
+        "status": "completed",
+        "result": {"isError": True, "content": [{"type": "text", "text": "InputTimeout"}]},
+    }
+    ends["t1"] = ends["t2"] = timed_out  # answered, yet the job waited in vain
+    ends["t4"] = ends["t5"] = ends["t6"] = {"status": "never ended"}
+    ends["t7"] = {"status": "failed", "statusMessage": f"{LOST_BEFORE_START} (the broker lost it)"}
+    note = summary(ledger, ends)
+    assert_note_names_what_was_lost(ledger, ends, note)
+    assert "lost: 1 acknowledged task(s) unknown" in note and "3 acknowledged task(s) never ended" in note, note
+    assert "2 acknowledged answer(s) lost" in note and "1 job message(s) lost" in note, note
