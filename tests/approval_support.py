@@ -1,6 +1,6 @@
 """The approval tests' deployment: a private Redis, tokens for alice, bob and carol, a webhook receiver and
 an HTTP server on a port chosen first (MCP_CELERY_PUBLIC_URL must name it for the workers). The page
-client that signs in and posts forms as a browser would is `mcp_celery.testing.approvals`'."""
+client that signs in and posts forms as a browser would is `mcp_celery.testing.approvals`."""
 
 from __future__ import annotations
 
@@ -16,15 +16,12 @@ from typing import Any
 import pytest
 
 from mcp_celery.server.edge.tokens import new_token
-from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, start_redis
 from tests import approval_jobs
 from tests.support import HttpClient, Process, http_answers, start_worker
 
 APP = "tests.approval_jobs"
 PEOPLE = ("alice", "bob", "carol")
-
-__all__ = ["PEOPLE", "Deployment", "PageClient", "Webhook", "approval_path", "csrf_of", "deployment_fixture"]
 
 
 @dataclass

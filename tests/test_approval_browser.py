@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment, PageClient, approval_path, csrf_of, deployment_fixture  # noqa: F401 - the fixture
+from tests.approval_support import Deployment, deployment_fixture  # noqa: F401 - the fixture
 from tests.support import ROOT, HttpClient, Process, require_service
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-page.png"

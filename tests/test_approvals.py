@@ -19,8 +19,9 @@ from celery import Celery
 
 from mcp_celery.logs import principal_digest
 from mcp_celery.protocol import TASK_HANDLE_META
+from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment, PageClient, approval_path, csrf_of, deployment_fixture  # noqa: F401 - the fixture
+from tests.approval_support import Deployment, deployment_fixture  # noqa: F401 - the fixture
 from tests.support import HttpClient, Process
 
 URL_ELICITATION = {"elicitation": {"url": {}}}
