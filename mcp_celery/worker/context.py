@@ -462,10 +462,8 @@ class JobContext:
 
         The result is stored with the task: when the job runs again (resumed after it parked at a
         question, or redelivered after its worker was lost), `once` returns it without calling `fn`.
-        Code before a question that is not inside `once` runs again then. A run cut short while `fn`
-        runs (its worker killed, Redis unreachable when the result is stored) stores nothing, so the
-        next run calls `fn` again: at least once, exactly once when no run is cut short there.
-        Detached (a job not started through MCP), `fn()` is simply called.
+        Code before a question that is not inside `once` runs again then, and so does `fn` after a run
+        cut short inside it (nothing stored). Detached (not started through MCP), `fn()` is just called.
 
         Raises:
             TypeError: the result cannot be stored as JSON.

@@ -58,6 +58,8 @@ def new_token(principal: str, path: Path) -> str:
         except FileExistsError:  # its strerror, "File exists", would not say which or why
             raise ConfigurationError(f"cannot write the token file {path}: {path.parent} is a file") from None
         token = secrets.token_urlsafe(32)
+        while token.startswith("-"):  # one in 64 would read as an option: `mcp-celery call --token -x...`
+            token = secrets.token_urlsafe(32)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as out:
             out.write(f"{principal} {hash_token(token)}\n")
