@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -74,14 +75,21 @@ class Deployment:
 
 @pytest.fixture(scope="module", name="deployment")
 def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    folder = tmp_path_factory.mktemp("approvals")
+    with deployed(env, tmp_path_factory.mktemp("approvals")) as deployment:
+        yield deployment
+
+
+@contextmanager
+def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None = None) -> Iterator[Deployment]:
+    """Redis, tokens, the webhook receiver and the HTTP server, with `settings` (MCP_CELERY_* and the
+    release job's) over the defaults; all stopped at the end."""
     redis_url, redis_proc = start_redis(folder / "redis.log")
     tokens = {person: new_token(person, folder / "tokens") for person in PEOPLE}
     webhook = Webhook()
     receiver = webhook.serve()
     port = free_port()
     own = {k: v for k, v in env.items() if k != "MCP_CELERY_REDIS_URL"}
-    deployed = Deployment(
+    deployment = Deployment(
         env={
             **own,
             "APPROVAL_BROKER_URL": f"{redis_url}/0",
@@ -92,6 +100,7 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
             "RELEASE_APPROVERS": "alice,bob",
             "RELEASE_WORK_DIR": str(folder / "work"),
             "RELEASE_PUBLISH_DIR": str(folder / "published"),
+            **(settings or {}),
         },
         folder=folder,
         tokens=tokens,
@@ -99,10 +108,12 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
         base=f"http://127.0.0.1:{port}",
     )
     args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(port)]
-    server = deployed.server = Process(args, deployed.env, folder / "server.log")
-    server.wait_ready(lambda: http_answers(deployed.mcp_url), 60, "the HTTP server to answer")
-    yield deployed
-    server.stop()
-    receiver.shutdown()
-    receiver.server_close()
-    redis_proc.stop()
+    server = deployment.server = Process(args, deployment.env, folder / "server.log")
+    try:
+        server.wait_ready(lambda: http_answers(deployment.mcp_url), 60, "the HTTP server to answer")
+        yield deployment
+    finally:
+        server.stop()
+        receiver.shutdown()
+        receiver.server_close()
+        redis_proc.stop()

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp
 
 from mcp_celery.core.celery_app import load_app
 from mcp_celery.server.app import serving
-from mcp_celery.server.approvals import approval_app
+from mcp_celery.server.approvals import approval_app, oidc_client
 from mcp_celery.server.downloads import Downloads
 from mcp_celery.server.edge import auth
 from mcp_celery.server.edge.refusals import RewordedRefusals
@@ -89,8 +89,12 @@ def http_app(app_spec: str, host: str, port: int, settings: Settings | None = No
     mcp: ASGIApp = RewordedRefusals(ProgressRouter(json_app, streaming_app, settings.max_request_bytes), settings)
     if "token_verifier" in options:
         mcp = auth.CountedRefusals(mcp)
-    # The approval page (`/approvals`) signs people in with the same verifier; its lifespan is the MCP app's.
-    mcp = PathRouter({"/approvals": approval_app(service, options.get("token_verifier"))}, mcp)
+    # The approval page (`/approvals`) signs people in with the same verifier, and with the OpenID Connect
+    # provider when one is configured; its lifespan is the MCP app's.
+    pages = approval_app(
+        service, options.get("token_verifier"), oidc_client(settings, auth.public_url(settings, host, port))
+    )
+    mcp = PathRouter({"/approvals": pages}, mcp)
     # The probes and /metrics answer before the MCP app's Host check and authentication.
     readiness = Readiness(celery_app, settings)
     return OperationsRoutes(mcp, readiness, settings, serve_metrics=settings.metrics_port is None)

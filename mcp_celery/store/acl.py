@@ -32,6 +32,8 @@ COMMANDS = (
     "pttl", "hkeys", "getrange", "incr",
     # a task's live output (ctx.output)
     "append",
+    # the approval page's OpenID Connect sign-in attempts, each taken once
+    "getdel",
 )  # fmt: skip
 
 #: Added on a cluster: sharded events, and what the cluster client asks to learn the slots.

@@ -228,6 +228,14 @@ class Keys:
         """Counter of the approval page's sign-in attempts from one source (a digest), expiring with its window."""
         return f"{self.prefix}:sign-ins:{source}"
 
+    def sign_in_attempt(self, state_digest: str) -> str:
+        """An OpenID Connect sign-in on its way through the provider (JSON), under a digest of its `state`.
+
+        Written when the page sends a person to the provider, taken (GETDEL: once) when they come back;
+        expires on its own if they never do.
+        """
+        return f"{self.prefix}:sign-in-attempt:{state_digest}"
+
     def ended(self) -> str:
         """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""
         return f"{self.prefix}:ended"

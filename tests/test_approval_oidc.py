@@ -1,0 +1,227 @@
+"""Signing in on the approval page with OpenID Connect, against a real provider on loopback.
+
+The provider (`mcp_celery.testing.oidc_provider`: PyPI's oidc-provider-mock behind a PKCE check) is
+`localhost`, the page `127.0.0.1`; a real `mcp-celery serve --http`, a real prefork worker and a
+private Redis. The page is driven as a browser without JavaScript drives it (cookies and redirects by
+hand, `PageClient`); `tests/test_approval_browser_oidc.py` does it in Chromium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from html import escape
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import httpx
+import pytest
+
+from mcp_celery.testing.approvals import PageClient, approval_path
+from mcp_celery.testing.processes import free_port, wait_for
+from tests.approval_support import Deployment, deployed
+from tests.oidc_support import (  # noqa: F401 - the fixtures
+    CLIENT_ID,
+    PROVIDER_NAME,
+    Provider,
+    oidc_deployment_fixture,
+    oidc_settings,
+    provider_fixture,
+)
+from tests.support import Process
+
+
+@pytest.fixture(scope="module")
+def worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    proc = oidc_deployment.worker(tmp_path_factory.mktemp("oidc-worker") / "worker.log")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def page(oidc_deployment: Deployment) -> Iterator[PageClient]:
+    client = PageClient(oidc_deployment.base)
+    yield client
+    client.close()
+
+
+def server_log(deployment: Deployment) -> str:
+    assert deployment.server is not None
+    return deployment.server.output()
+
+
+def logged(deployment: Deployment, text: str) -> str:
+    """Wait for a line of the server's log that holds `text`; returns it."""
+
+    def line() -> str | None:
+        return next((x for x in server_log(deployment).splitlines() if text in x), None)
+
+    return wait_for(line, 15, 0.05, f"a server log line with {text!r}")
+
+
+def test_bob_signs_in_at_the_provider_approves_alices_release_and_carol_is_refused(
+    oidc_deployment: Deployment, provider: Provider, worker: Process
+) -> None:
+    alice = oidc_deployment.client("alice")
+    task_id = alice.start("release", {"version": "3.0.0"}, elicitation={"url": {}})
+    task = wait_for(lambda: t if (t := alice.get(task_id))["status"] == "input_required" else None, 120, 0.1, "ask")
+    path = approval_path(task)
+    before = provider.pkce()
+
+    bob = PageClient(oidc_deployment.base)
+    sign_in = bob.get(path)
+    assert sign_in.status_code == 200 and f"Sign in with {PROVIDER_NAME}" in sign_in.text, sign_in.text
+    signed_in = bob.sign_in_with_provider("bob", path)
+    assert signed_in.status_code == 200 and "Signed in as bob" in signed_in.text, signed_in.text
+    assert f'url={path}"' in signed_in.text  # on to the approval asked for, by a navigation of the page itself
+    session = next(h for h in signed_in.headers.get_list("set-cookie") if h.startswith("mcp_celery_approvals="))
+    assert "SameSite=Strict" in session and "HttpOnly" in session and "Secure" in session, session
+    assert bob.decide(path, "approve", "signed in at the provider").status_code == 303
+    done = alice.wait(task_id, timeout=120)
+    assert done["result"]["structuredContent"]["decision"] == "approved by bob: signed in at the provider", done
+    after = provider.pkce()
+    assert after["checked"] == before["checked"] + 1 and after["refused"] == before["refused"], (before, after)
+
+    second = alice.start("release", {"version": "3.0.1"}, elicitation={"url": {}})
+    second_path = approval_path(
+        wait_for(lambda: t if (t := alice.get(second))["status"] == "input_required" else None, 120, 0.1, "ask")
+    )
+    carol = PageClient(oidc_deployment.base)
+    assert carol.sign_in_with_provider("carol", second_path).status_code == 200
+    refused = carol.get(second_path)
+    assert refused.status_code == 403 and "not one of the approvers" in refused.text, refused.text
+    assert alice.get(second)["status"] == "input_required"
+    alice.result("tasks/cancel", {"taskId": second})
+    for client in (bob, carol, alice):
+        client.close()
+
+
+def test_the_token_endpoint_refuses_a_wrong_pkce_verifier_and_the_page_sends_the_right_one(
+    oidc_deployment: Deployment, provider: Provider, page: PageClient
+) -> None:
+    authorization = page.to_provider()
+    asked = parse_qs(urlsplit(authorization).query)
+    assert asked["code_challenge_method"] == ["S256"] and len(asked["code_challenge"][0]) == 43, asked
+    callback = page.at_provider(authorization, "bob")
+    code = parse_qs(urlsplit(callback).query)["code"][0]
+    before = provider.pkce()
+    token_endpoint = provider.metadata()["token_endpoint"]
+    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": callback.split("?")[0]}
+    guessed = httpx.post(token_endpoint, data={**form, "code_verifier": "x" * 43}, auth=(CLIENT_ID, "s"), timeout=10)
+    assert guessed.status_code == 400 and guessed.json()["error"] == "invalid_grant", guessed.text
+    assert provider.pkce() == {"checked": before["checked"] + 1, "refused": before["refused"] + 1}
+    # The same code, brought back to the page: the page's own exchange sends the verifier that matches.
+    back = page.back_from_provider(callback)
+    assert back.status_code == 200 and "Signed in as bob" in back.text, back.text
+    assert provider.pkce() == {"checked": before["checked"] + 2, "refused": before["refused"] + 1}
+
+
+def test_a_replayed_state_is_refused_and_logged(oidc_deployment: Deployment, page: PageClient) -> None:
+    callback = page.at_provider(page.to_provider(), "bob")
+    assert page.back_from_provider(callback).status_code == 200
+    replayed = page.back_from_provider(callback)
+    assert replayed.status_code == 400 and "expired or was already used" in replayed.text, replayed.text
+    assert "mcp_celery_approvals=" not in " ".join(replayed.headers.get_list("set-cookie"))
+    logged(oidc_deployment, "refused (400): callback with an unknown, expired or replayed state")
+
+
+def test_a_callback_without_state_or_from_another_browser_is_refused(
+    oidc_deployment: Deployment, page: PageClient
+) -> None:
+    callback = page.at_provider(page.to_provider(), "bob")
+    code = parse_qs(urlsplit(callback).query)["code"][0]
+    missing = page.get("/approvals/oidc/callback?" + urlencode({"code": code}))
+    assert missing.status_code == 400 and "no state" in missing.text, missing.text
+    logged(oidc_deployment, "refused (400): callback without state")
+    # The attacker's own attempt, completed in the victim's browser (login CSRF): the binding differs.
+    victim = PageClient(oidc_deployment.base)
+    foreign = victim.back_from_provider(callback)
+    assert foreign.status_code == 400 and "another browser" in foreign.text, foreign.text
+    assert not any(h.startswith("mcp_celery_approvals=") for h in foreign.headers.get_list("set-cookie"))
+    logged(oidc_deployment, "callback from another browser")
+    victim.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("other-key", "BadSignatureError"),
+        ("audience", "'aud'"),
+        ("expired", "ExpiredTokenError"),
+        ("nonce", "'nonce'"),
+    ],
+)
+def test_an_id_token_that_fails_a_check_is_refused_with_403_and_a_log_line(
+    oidc_deployment: Deployment, provider: Provider, page: PageClient, mode: str, reason: str
+) -> None:
+    callback = page.at_provider(page.to_provider(), "bob")
+    provider.tamper(mode)
+    refused = page.back_from_provider(callback)
+    assert refused.status_code == 403 and "not accepted" in refused.text, refused.text
+    assert not any(h.startswith("mcp_celery_approvals=") for h in refused.headers.get_list("set-cookie"))
+    line = logged(oidc_deployment, "ID token refused: ")
+    assert reason in logged(oidc_deployment, reason), line
+    assert page.get("/approvals").text.count("Sign in with") == 1  # still signed out
+
+
+def test_an_id_token_resigned_by_a_listed_key_is_accepted(
+    oidc_deployment: Deployment, provider: Provider, page: PageClient
+) -> None:
+    """The control of the test above: the altered tokens fail for their fault, not for being altered."""
+    callback = page.at_provider(page.to_provider(), "bob")
+    provider.tamper("resigned")
+    accepted = page.back_from_provider(callback)
+    assert accepted.status_code == 200 and "Signed in as bob" in accepted.text, accepted.text
+
+
+def test_a_provider_error_is_shown_escaped(oidc_deployment: Deployment, page: PageClient) -> None:
+    authorization = page.to_provider()
+    with httpx.Client(timeout=30) as browser:
+        denied = browser.post(authorization, data={"action": "deny"})
+    assert denied.status_code == 302, denied.text
+    shown = page.back_from_provider(denied.headers["location"])  # the mock's denial carries no state
+    assert shown.status_code == 400 and f"{PROVIDER_NAME} did not sign you in: access_denied" in shown.text
+    logged(oidc_deployment, "provider answered access_denied without state")
+    crafted = {"error": "access_denied", "error_description": "Call +1 555 0100 to unlock your account"}
+    shown = page.get("/approvals/oidc/callback?" + urlencode(crafted))
+    assert shown.status_code == 400 and "access_denied" in shown.text and "555" not in shown.text, shown.text
+    state = parse_qs(urlsplit(page.to_provider()).query)["state"][0]
+    hostile = {"state": state, "error": "<script>alert(1)</script>", "error_description": '<img src=x onerror="y">'}
+    shown = page.get("/approvals/oidc/callback?" + urlencode(hostile))
+    assert shown.status_code == 400 and "<script>" not in shown.text and "<img" not in shown.text, shown.text
+    assert escape("<script>alert(1)</script>") in shown.text and escape('<img src=x onerror="y">') in shown.text
+    logged(oidc_deployment, "provider answered <script>")
+
+
+def test_an_unreachable_provider_is_a_warning_the_page_says_so_and_mcp_is_served(
+    env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("oidc-unreachable")
+    nowhere = f"http://localhost:{free_port()}"
+    with deployed(env, folder, oidc_settings(nowhere, folder)) as deployment:
+        logged(deployment, f"cannot use the OpenID Connect provider {nowhere}")
+        page = PageClient(deployment.base)
+        shown = page.get("/approvals")
+        assert shown.status_code == 200 and f"Sign-in with {PROVIDER_NAME} is unavailable" in shown.text
+        assert 'id="token"' in shown.text  # the token form still signs people in
+        start = page.get("/approvals/oidc/start")
+        assert start.status_code == 503 and "unavailable" in start.text, start.text
+        alice = deployment.client("alice")
+        assert "release" in [tool["name"] for tool in alice.result("tools/list", {})["tools"]]
+        alice.close()
+        page.close()
+
+
+def test_with_the_token_form_hidden_an_approval_link_goes_straight_to_the_provider_and_back(
+    env: dict[str, str], provider: Provider, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("oidc-only")
+    settings = oidc_settings(provider.issuer, folder, MCP_CELERY_APPROVAL_TOKEN_SIGN_IN="false")
+    with deployed(env, folder, settings) as deployment:
+        page = PageClient(deployment.base)
+        assert 'id="token"' not in page.get("/approvals").text
+        link = "/approvals/an-approval-id-from-a-webhook-or-an-elicitation"
+        sent = page.get(link)
+        assert sent.status_code == 303 and sent.headers["location"].startswith(f"{provider.issuer}/oauth2/authorize")
+        back = page.back_from_provider(page.at_provider(sent.headers["location"], "bob"))
+        assert back.status_code == 200 and f'url={link}"' in back.text, back.text
+        assert page.get(link).status_code == 404  # signed in: the page itself (no such approval here)
+        page.close()
