@@ -4,6 +4,7 @@ people in at a real provider on loopback (`mcp_celery.testing.oidc_provider`, PK
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from mcp_celery.testing.oidc_provider import start_provider
 from tests.approval_support import Deployment, deployed
-from tests.support import Process
+from tests.support import Process, require_service
 
 CLIENT_ID = "mcp-celery-approvals"
 PROVIDER_NAME = "Test IdP"
@@ -41,6 +42,8 @@ class Provider:
 
 @pytest.fixture(scope="module", name="provider")
 def provider_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
+    missing = importlib.util.find_spec("oidc_provider_mock") is None
+    require_service("oidc-provider", "oidc-provider-mock is not installed (the [dev] extra)" if missing else None)
     issuer, proc = start_provider(tmp_path_factory.mktemp("oidc-provider") / "provider.log", env)
     yield Provider(issuer, proc)
     proc.stop()

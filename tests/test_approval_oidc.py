@@ -8,13 +8,21 @@ hand, `PageClient`); `tests/test_approval_browser_oidc.py` does it in Chromium.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from html import escape
+from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 
+from mcp_celery.errors import ConfigurationError
+from mcp_celery.server.approvals.oidc import oidc_config
+from mcp_celery.settings import Settings
 from mcp_celery.testing.approvals import PageClient, approval_path
 from mcp_celery.testing.processes import free_port, wait_for
 from tests.approval_support import Deployment, deployed
@@ -26,7 +34,7 @@ from tests.oidc_support import (  # noqa: F401 - the fixtures
     oidc_settings,
     provider_fixture,
 )
-from tests.support import Process
+from tests.support import ROOT, Process
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +233,47 @@ def test_with_the_token_form_hidden_an_approval_link_goes_straight_to_the_provid
         assert back.status_code == 200 and f'url={link}"' in back.text, back.text
         assert page.get(link).status_code == 404  # signed in: the page itself (no such approval here)
         page.close()
+
+
+def test_the_client_secret_is_read_from_its_file_and_never_logged(oidc_deployment: Deployment) -> None:
+    secret = Path(oidc_deployment.env["MCP_CELERY_OIDC_CLIENT_SECRET_FILE"]).read_text().strip()
+    assert not any(secret in value for value in oidc_deployment.env.values())  # only the file's path is a setting
+    logged(oidc_deployment, f"the approval page signs people in with {PROVIDER_NAME}")  # the settings were used
+    assert secret not in server_log(oidc_deployment)
+
+
+@pytest.mark.parametrize(
+    ("settings", "refusal"),
+    [
+        ({"oidc_client_id": None}, "MCP_CELERY_OIDC_CLIENT_ID is not"),
+        ({"oidc_issuer": "http://idp.example"}, "must be an https:// URL"),
+        ({"oidc_scopes": "email profile"}, "must include openid"),
+        ({"oidc_client_secret_file": "/nonexistent/secret"}, "cannot read MCP_CELERY_OIDC_CLIENT_SECRET_FILE"),
+    ],
+)
+def test_incomplete_or_unsafe_oidc_settings_refuse_to_start(settings: dict[str, Any], refusal: str) -> None:
+    good = {"oidc_issuer": "https://idp.example/realms/x", "oidc_client_id": "page", **settings}
+    with pytest.raises(ConfigurationError, match=refusal):
+        oidc_config(Settings(**good), "https://jobs.example/mcp")
+
+
+def test_the_redirect_uri_is_the_pages_beside_the_public_url() -> None:
+    config = oidc_config(
+        Settings(oidc_issuer="https://idp.example/", oidc_client_id="page"), "https://jobs.example/mcp"
+    )
+    assert config is not None and config.redirect_uri == "https://jobs.example/approvals/oidc/callback"
+    assert config.issuer == "https://idp.example" and config.provider_name == "idp.example"
+    assert config.client_secret is None and config.principal_claim == "sub"
+    assert oidc_config(Settings(), "https://jobs.example/mcp") is None
+
+
+def test_the_demo_with_oidc_has_bob_sign_in_at_the_provider(env: dict[str, str]) -> None:
+    demo = {k: v for k, v in env.items() if not k.startswith(("CELERY_", "MCP_CELERY_"))}
+    out = subprocess.run(
+        [sys.executable, "-m", "mcp_celery", "demo", "--oidc", "--port", str(free_port())],
+        cwd=ROOT, env=demo, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"OpenID Connect provider: http://localhost:\d+ ", out.stdout), out.stdout
+    assert "(bob signs in at the OpenID Connect provider, typing his name on its page)" in out.stdout
+    assert "result: approved by bob: digest checked" in out.stdout, out.stdout

@@ -30,6 +30,7 @@ import httpx2
 from authlib.integrations.starlette_client import OAuthError, StarletteIntegration, StarletteOAuth2App
 from joserfc.errors import JoseError
 
+from mcp_celery import logs
 from mcp_celery.core.approvals import page_url
 from mcp_celery.errors import ConfigurationError, McpCeleryError
 from mcp_celery.server.edge.auth import JWT_ALGORITHMS, LOOPBACK
@@ -192,7 +193,7 @@ class OidcClient:
         except (httpx.HTTPError, ValueError, ConfigurationError) as exc:
             self._unavailable(exc)
             return False
-        logger.info("approval page: sign-in with %s (%s)", self.config.provider_name, self.config.issuer)
+        logs.announce(f"the approval page signs people in with {self.config.provider_name} ({self.config.issuer})")
         return True
 
     async def available(self) -> bool:

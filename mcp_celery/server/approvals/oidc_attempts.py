@@ -72,10 +72,10 @@ class SignInAttempts:
         """
         state = params.get("state")
         if not state:
-            error = params.get("error", "")
-            if _ERROR_CODE.fullmatch(error):  # an error without state (RFC 6749 wants it): its code, no more
-                shown = f"{self.client.config.provider_name} did not sign you in: {error}. Start again."
-                raise SignInRefused(400, f"provider answered {error} without state", shown)
+            code_only = params.get("error", "")
+            if _ERROR_CODE.fullmatch(code_only):  # an error without state (RFC 6749 wants it): its code, no more
+                shown = f"{self.client.config.provider_name} did not sign you in: {code_only}. Start again."
+                raise SignInRefused(400, f"provider answered {code_only} without state", shown)
             raise SignInRefused(400, "callback without state", _STATE_MISSING)
         raw = await self.store.take_sign_in_attempt(_digest(state))
         if raw is None:
