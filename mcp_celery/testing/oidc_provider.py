@@ -123,7 +123,8 @@ class Checked:
         claims = json.loads(compact.payload)
         now = int(time.time())
         if mode == "audience":
-            claims["aud"], claims["azp"] = "another-client", claims["aud"]  # azp still names our client
+            client = claims["aud"][0] if isinstance(claims["aud"], list) else claims["aud"]
+            claims["aud"], claims["azp"] = "another-client", client  # azp still names the client that asked
         elif mode == "expired":
             claims["iat"], claims["exp"] = now - 7200, now - 3600
         elif mode == "nonce":
