@@ -5,6 +5,7 @@ client that signs in and posts forms as a browser would is `mcp_celery.testing.a
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import threading
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import pytest
 from mcp_celery.server.edge.tokens import new_token
 from mcp_celery.testing.processes import free_port, start_redis
 from tests import approval_jobs
-from tests.support import HttpClient, Process, http_answers, start_worker
+from tests.support import HttpClient, Process, http_answers, require_service, start_worker
 
 APP = "tests.approval_jobs"
 PEOPLE = ("alice", "bob", "carol")
@@ -117,3 +118,20 @@ def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None 
         receiver.shutdown()
         receiver.server_close()
         redis_proc.stop()
+
+
+@pytest.fixture(name="browser")
+def browser_fixture() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by selenium through chromium-driver (.ci/run installs both)."""
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    require_service("chromium", f"{' and '.join(missing)} not installed" if missing else None)
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=820,1180"):
+        options.add_argument(argument)
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()

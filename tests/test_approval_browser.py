@@ -9,7 +9,6 @@ goes to docs/images/approval-page.png for the guide.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,11 @@ import pytest
 
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment, deployment_fixture  # noqa: F401 - the fixture
-from tests.support import ROOT, HttpClient, Process, require_service
+from tests.approval_support import Deployment, browser_fixture, deployment_fixture  # noqa: F401 - the fixtures
+from tests.support import ROOT, HttpClient, Process
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-page.png"
 
-webdriver = pytest.importorskip("selenium.webdriver")
 By = pytest.importorskip("selenium.webdriver.common.by").By
 
 
@@ -32,21 +30,6 @@ def worker(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> 
     proc = deployment.worker(tmp_path_factory.mktemp("browser-worker") / "worker.log")
     yield proc
     proc.stop()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
-    require_service("chromium", f"{' and '.join(missing)} not installed" if missing else None)
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=820,1180"):
-        options.add_argument(argument)
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
 
 
 def sign_in(browser: Any, base: str, token: str) -> None:

@@ -11,7 +11,6 @@ docs/images/approval-sign-in.png for the guide.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,13 +18,12 @@ import pytest
 
 from mcp_celery.testing.approvals import approval_path
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment
+from tests.approval_support import Deployment, browser_fixture  # noqa: F401 - the fixture
 from tests.oidc_support import PROVIDER_NAME, Provider, oidc_deployment_fixture, provider_fixture  # noqa: F401
-from tests.support import ROOT, HttpClient, Process, require_service
+from tests.support import ROOT, HttpClient, Process
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-sign-in.png"
 
-webdriver = pytest.importorskip("selenium.webdriver")
 By = pytest.importorskip("selenium.webdriver.common.by").By
 
 
@@ -34,21 +32,6 @@ def worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory
     proc = oidc_deployment.worker(tmp_path_factory.mktemp("oidc-browser-worker") / "worker.log")
     yield proc
     proc.stop()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
-    require_service("chromium", f"{' and '.join(missing)} not installed" if missing else None)
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=820,1180"):
-        options.add_argument(argument)
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
 
 
 def release(alice: HttpClient, version: str) -> dict[str, Any]:
