@@ -28,6 +28,7 @@ import anyio
 import httpx
 import httpx2
 from authlib.integrations.starlette_client import OAuthError, StarletteIntegration, StarletteOAuth2App
+from joserfc import jws
 from joserfc.errors import JoseError
 
 from mcp_celery import logs
@@ -315,6 +316,26 @@ class OidcClient:
         if claim == "email" and claims.get("email_verified") is False:
             raise SignInRefused(403, "ID token email not verified by the provider", _REFUSED)
         return principal, int(claims["exp"])
+
+    def still_holds(self, principal: str, id_token: str) -> bool:
+        """Whether a session this client opened may still be used: the ID token it kept (verified when the
+        provider issued it) is unexpired, names `principal`, and was issued by the configured issuer to
+        this client, so a session outlives neither its ID token nor a change of provider or client. The
+        provider is not asked: a person disabled there keeps a session here until the token's `exp`."""
+        try:
+            claims = json.loads(jws.extract_compact(id_token.encode()).payload)
+        except (JoseError, ValueError):
+            return False
+        if not isinstance(claims, dict):
+            return False
+        audience = claims.get("aud")
+        return (
+            str(claims.get("iss", "")).rstrip("/") == self.config.issuer
+            and self.config.client_id in (audience if isinstance(audience, list) else [audience])
+            and claims.get(self.config.principal_claim) == principal
+            and isinstance(claims.get("exp"), int | float)
+            and claims["exp"] > time.time()
+        )
 
     async def end_session_url(self, id_token: str | None) -> str | None:
         """Where to send a person who signs out so the provider ends its session too (RP-initiated logout),
