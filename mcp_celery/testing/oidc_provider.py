@@ -13,8 +13,9 @@ In front of it, `Checked` adds what the tests must prove and the mock does not d
   (`invalid_grant`); `GET /_test/pkce` counts the exchanges checked and refused.
 - **Bad ID tokens, on request.** `POST /_test/tamper` with `{"mode": MODE}` alters the next ID token
   the token endpoint returns: `other-key` (signed by a key outside the JWKS), `audience`, `expired`,
-  `nonce` (each signed again with the provider's own key, so that only the claim is wrong) and
-  `resigned` (nothing wrong: the control). Everything else, the JWKS included, is the mock's own.
+  `nonce` (each signed again with the provider's own key, so that only the claim is wrong),
+  `short-lived` (valid for SHORT_LIVED_S more seconds) and `resigned` (nothing wrong: the control).
+  Everything else, the JWKS included, is the mock's own.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ from joserfc.jwk import RSAKey
 
 from mcp_celery.testing.processes import Process, free_port
 
-__all__ = ["TAMPER_MODES", "Checked", "start_provider"]
+__all__ = ["SHORT_LIVED_S", "TAMPER_MODES", "Checked", "start_provider"]
 
 #: What `POST /_test/tamper` can do to the next ID token.
-TAMPER_MODES = ("other-key", "audience", "expired", "nonce", "resigned")
+TAMPER_MODES = ("other-key", "audience", "expired", "nonce", "resigned", "short-lived")
+#: How long a `short-lived` ID token holds.
+SHORT_LIVED_S = 5
 StartResponse = Callable[..., Any]
 Environ = dict[str, Any]
 
@@ -127,6 +130,8 @@ class Checked:
             claims["aud"], claims["azp"] = "another-client", client  # azp still names the client that asked
         elif mode == "expired":
             claims["iat"], claims["exp"] = now - 7200, now - 3600
+        elif mode == "short-lived":
+            claims["exp"] = now + SHORT_LIVED_S
         elif mode == "nonce":
             claims["nonce"] = "not-the-nonce-that-was-sent"
         key = self.unlisted if mode == "other-key" else self.provider_key
