@@ -228,6 +228,10 @@ class Keys:
         """Counter of the approval page's sign-in attempts from one source (a digest), expiring with its window."""
         return f"{self.prefix}:sign-ins:{source}"
 
+    def session(self, digest: str) -> str:
+        """A signed-in session (JSON; `mcp_celery.server.edge.sessions`), under a digest of its id, expiring with it."""
+        return f"{self.prefix}:session:{digest}"
+
     def sign_in_attempt(self, state_digest: str) -> str:
         """An OpenID Connect sign-in on its way through the provider (JSON), under a digest of its `state`.
 

@@ -35,6 +35,7 @@ from mcp_celery import logs
 from mcp_celery.core.approvals import page_url
 from mcp_celery.errors import ConfigurationError, McpCeleryError
 from mcp_celery.server.edge.auth import JWT_ALGORITHMS, LOOPBACK
+from mcp_celery.server.edge.sessions import Credential
 from mcp_celery.settings import Settings
 
 __all__ = ["Attempt", "Identity", "OidcClient", "OidcConfig", "SignInRefused", "oidc_client", "oidc_config"]
@@ -317,13 +318,14 @@ class OidcClient:
             raise SignInRefused(403, "ID token email not verified by the provider", _REFUSED)
         return principal, int(claims["exp"])
 
-    def still_holds(self, principal: str, id_token: str) -> bool:
-        """Whether a session this client opened may still be used: the ID token it kept (verified when the
-        provider issued it) is unexpired, names `principal`, and was issued by the configured issuer to
-        this client, so a session outlives neither its ID token nor a change of provider or client. The
-        provider is not asked: a person disabled there keeps a session here until the token's `exp`."""
+    async def still_holds(self, principal: str, credential: Credential) -> bool:
+        """Whether a session this client opened may still be used (`edge.sessions.CredentialCheck`, at each
+        request and decision): the ID token kept as its credential (verified when the provider issued it)
+        is unexpired, names `principal`, and was issued by the configured issuer to this client, so a
+        session outlives neither its ID token nor a change of provider or client. The provider is not
+        asked: a person disabled there keeps a session here until the token's `exp`."""
         try:
-            claims = json.loads(jws.extract_compact(id_token.encode()).payload)
+            claims = json.loads(jws.extract_compact(credential.reference.encode()).payload)
         except (JoseError, ValueError):
             return False
         if not isinstance(claims, dict):
