@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from html import escape
+from html import escape, unescape
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -23,7 +24,8 @@ import pytest
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.server.approvals.oidc import oidc_config
 from mcp_celery.settings import Settings
-from mcp_celery.testing.approvals import PageClient, approval_path
+from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
+from mcp_celery.testing.oidc_provider import SHORT_LIVED_S
 from mcp_celery.testing.processes import free_port, wait_for
 from tests.approval_support import Deployment, deployed
 from tests.oidc_support import (  # noqa: F401 - the fixtures
@@ -277,3 +279,68 @@ def test_the_demo_with_oidc_has_bob_sign_in_at_the_provider(env: dict[str, str])
     assert re.search(r"OpenID Connect provider: http://localhost:\d+ ", out.stdout), out.stdout
     assert "(bob signs in at the OpenID Connect provider, typing his name on its page)" in out.stdout
     assert "result: approved by bob: digest checked" in out.stdout, out.stdout
+
+
+def test_sign_out_ends_the_session_here_and_sends_the_person_to_the_provider_to_end_theirs(
+    oidc_deployment: Deployment, provider: Provider, page: PageClient
+) -> None:
+    assert page.sign_in_with_provider("bob").status_code == 200
+    kept = dict(page.cookies)  # the session cookie as a thief would hold it
+    listed = page.get("/approvals")
+    assert listed.status_code == 200 and "Waiting for your decision" in listed.text
+    out = page.post("/approvals/sign-out", {"csrf": csrf_of(listed.text, "/approvals/sign-out")})
+    assert out.status_code == 200 and "Signed out here" in out.text, out.text
+    to_provider = re.search(r'url=([^"]+)"', out.text)
+    assert to_provider is not None
+    end_session = unescape(to_provider[1])
+    assert end_session.startswith(provider.metadata()["end_session_endpoint"] + "?"), end_session
+    asked = parse_qs(urlsplit(end_session).query)
+    assert asked["client_id"] == [CLIENT_ID] and asked["post_logout_redirect_uri"] == [
+        f"{oidc_deployment.base}/approvals"
+    ]
+    assert asked["id_token_hint"][0].count(".") == 2  # the ID token the session was opened with
+    # Ended on the server: the old cookie opens nothing, in this browser or any other.
+    thief = PageClient(oidc_deployment.base)
+    thief.cookies.update(kept)
+    assert "Sign in with" in thief.get("/approvals").text
+    thief.close()
+    # The provider's end-session page takes the hint and sends the person back to the page.
+    with httpx.Client(timeout=30) as browser:
+        shown = browser.get(end_session)
+        assert shown.status_code == 200, shown.text
+        back = browser.post(
+            f"{provider.issuer}/oauth2/end_session/confirm", data={"redirect_uri": asked["post_logout_redirect_uri"][0]}
+        )
+    assert back.status_code == 302 and back.headers["location"] == f"{oidc_deployment.base}/approvals"
+
+
+def test_a_session_ends_with_its_id_token_and_a_decision_after_that_is_refused(
+    oidc_deployment: Deployment, provider: Provider, worker: Process
+) -> None:
+    alice = oidc_deployment.client("alice")
+    task_id = alice.start("release", {"version": "3.1.0"}, elicitation={"url": {}})
+    path = approval_path(
+        wait_for(lambda: t if (t := alice.get(task_id))["status"] == "input_required" else None, 120, 0.1, "ask")
+    )
+    bob = PageClient(oidc_deployment.base)
+    callback = bob.at_provider(bob.to_provider(path), "bob")
+    provider.tamper("short-lived")
+    signed_in = bob.back_from_provider(callback)
+    assert signed_in.status_code == 200, signed_in.text
+    session = next(h for h in signed_in.headers.get_list("set-cookie") if h.startswith("mcp_celery_approvals="))
+    found = re.search(r"Max-Age=(\d+)", session)
+    assert (
+        found is not None and int(found[1]) <= SHORT_LIVED_S
+    )  # the ID token's life, not MCP_CELERY_APPROVAL_SESSION_S
+    ends = time.time() + int(found[1])
+    form = bob.get(path)
+    assert form.status_code == 200 and "Approve" in form.text  # signed in, for now
+    # Once the ID token's exp has passed, the same session's decision is refused and nothing is decided.
+    wait_for(lambda: time.time() > ends + 1, SHORT_LIVED_S + 10, 0.1, "the ID token's exp to pass")
+    refused = bob.post(path, {"csrf": csrf_of(form.text, path), "decision": "approve"})
+    assert refused.status_code == 401, refused.text
+    assert "Sign in to decide" in refused.text
+    assert alice.get(task_id)["status"] == "input_required"
+    alice.result("tasks/cancel", {"taskId": task_id})
+    bob.close()
+    alice.close()
