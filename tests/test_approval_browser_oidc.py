@@ -5,8 +5,8 @@ The provider (`mcp_celery.testing.oidc_provider`, PKCE enforced) is `localhost`,
 'self'`) to the trip out and back as it does for a company's provider. bob opens the approval link,
 clicks "Sign in with Test IdP", types his name on the provider's own page, comes back on the
 approval, approves alice's release, and her job completes `approved by bob`; carol, signed in the
-same way, gets 403 on bob's approval. The sign-in page's screenshot goes to
-docs/images/approval-sign-in.png for the guide.
+same way, gets 403 on bob's approval, then signs out: here, and at the provider (RP-initiated
+logout). The sign-in page's screenshot goes to docs/images/approval-sign-in.png for the guide.
 """
 
 from __future__ import annotations
@@ -90,5 +90,15 @@ def test_bob_signs_in_at_the_provider_in_chromium_and_approves_and_carol_is_refu
     assert "carol" in browser.find_element(By.TAG_NAME, "header").text
     assert not browser.find_elements(By.CSS_SELECTOR, "button.approve")
     assert alice.get(second["taskId"])["status"] == "input_required"
+
+    # Sign-out: the session ends here, then the browser goes on to the provider's end-session page and back.
+    browser.find_element(By.CSS_SELECTOR, "header form button").click()
+    wait_for(lambda: "/oauth2/end_session" in browser.current_url, 30, 0.1, "the provider's end-session page")
+    assert browser.current_url.startswith(provider.issuer) and "id_token_hint=" in browser.current_url
+    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    wait_for(lambda: browser.current_url == f"{oidc_deployment.base}/approvals", 30, 0.1, "back on the page")
+    wait_for(lambda: browser.find_elements(By.ID, "provider"), 30, 0.1, "the sign-in page")
+    browser.get(link)
+    assert browser.find_elements(By.ID, "provider") and "carol" not in browser.page_source
     alice.result("tasks/cancel", {"taskId": second["taskId"]})
     alice.close()
