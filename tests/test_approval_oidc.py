@@ -224,7 +224,8 @@ def test_with_the_token_form_hidden_an_approval_link_goes_straight_to_the_provid
     env: dict[str, str], provider: Provider, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     folder = tmp_path_factory.mktemp("oidc-only")
-    settings = oidc_settings(provider.issuer, folder, MCP_CELERY_APPROVAL_TOKEN_SIGN_IN="false")
+    limit = {"MCP_CELERY_APPROVAL_SIGN_IN_LIMIT": "3"}
+    settings = oidc_settings(provider.issuer, folder, MCP_CELERY_APPROVAL_TOKEN_SIGN_IN="false", **limit)
     with deployed(env, folder, settings) as deployment:
         page = PageClient(deployment.base)
         assert 'id="token"' not in page.get("/approvals").text
@@ -234,6 +235,10 @@ def test_with_the_token_form_hidden_an_approval_link_goes_straight_to_the_provid
         back = page.back_from_provider(page.at_provider(sent.headers["location"], "bob"))
         assert back.status_code == 200 and f'url={link}"' in back.text, back.text
         assert page.get(link).status_code == 404  # signed in: the page itself (no such approval here)
+        # A completed sign-in counted nothing; starts left unfinished do count, so none can fill Redis.
+        other = PageClient(deployment.base)
+        assert [other.get(link).status_code for _ in range(4)] == [303, 303, 303, 429]
+        other.close()
         page.close()
 
 

@@ -193,6 +193,10 @@ class ApprovalPages:
         """Send the person to the provider (a GET, so that the CSP's `form-action 'self'` never applies)."""
         if self.attempts is None:
             return self._page(html.message_page("Not found", "OpenID Connect sign-in is not configured."), 404)
+        # A start keeps an attempt in Redis for ATTEMPT_S: counted as a sign-in attempt (its callback's
+        # success takes it back), so that one client cannot fill Redis with them.
+        if await self._counted_over_limit(request):
+            return self._page(html.message_page("Too many attempts", "Wait a minute before you try again."), 429)
         next_path = next_path or _on_the_page(request.query_params.get("next"))
         try:
             url, cookie = await self.attempts.start(next_path, forms.cookie(request, BINDING_COOKIE))
@@ -202,13 +206,19 @@ class ApprovalPages:
         response.headers.append("Set-Cookie", cookie)
         return response
 
+    async def _counted_over_limit(self, request: Request) -> bool:
+        """Count one sign-in attempt of the request's client; True past MCP_CELERY_APPROVAL_SIGN_IN_LIMIT."""
+        source = self.keys.source(forms.client(request))
+        if await self.service.store.count_sign_in(source, SIGN_IN_WINDOW_S) > self.settings.approval_sign_in_limit:
+            logger.warning("approval page: too many sign-in attempts from one client")
+            return True
+        return False
+
     async def oidc_callback(self, request: Request) -> Response:
         """The provider's redirect back: finish the attempt, open a session, go on to the page asked for."""
         if self.attempts is None:
             return self._page(html.message_page("Not found", "OpenID Connect sign-in is not configured."), 404)
-        source = self.keys.source(forms.client(request))
-        if await self.service.store.count_sign_in(source, SIGN_IN_WINDOW_S) > self.settings.approval_sign_in_limit:
-            logger.warning("approval page: too many sign-in attempts from one client")
+        if await self._counted_over_limit(request):
             return self._page(html.message_page("Too many attempts", "Wait a minute before you try again."), 429)
         try:
             identity, next_path = await self.attempts.finish(
@@ -223,7 +233,9 @@ class ApprovalPages:
         opened = await self.sessions.open(identity.principal, credential)
         if opened is None:
             return self._page(html.message_page("Not signed in", "Your sign-in has expired; sign in again."), 403)
-        await self.service.store.forgive_sign_in(source, SIGN_IN_WINDOW_S)  # only failures count
+        source = self.keys.source(forms.client(request))
+        for _ in ("the start", "this callback"):  # only failures count
+            await self.service.store.forgive_sign_in(source, SIGN_IN_WINDOW_S)
         session, session_id = opened
         logger.info(
             "approval page: signed in with OpenID Connect",
