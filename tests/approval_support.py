@@ -1,6 +1,10 @@
-"""The approval tests' deployment: a private Redis, tokens for alice, bob and carol, a webhook receiver and
-an HTTP server on a port chosen first (MCP_CELERY_PUBLIC_URL must name it for the workers). The page
-client that signs in and posts forms as a browser would is `mcp_celery.testing.approvals`."""
+"""The approval tests' deployment: a private Redis (Celery's broker and results), tokens for alice, bob
+and carol, JWTs of a local issuer, a webhook receiver and an HTTP server on a port chosen first
+(MCP_CELERY_PUBLIC_URL must name it for the workers) that believes X-Forwarded-For from loopback
+(MCP_CELERY_TRUSTED_PROXIES), so that a test can sign in as a client of its own. mcp-celery's store
+is the session's in a store pass (MCP_CELERY_REDIS_URL: the ACL user, the cluster; tests/conftest.py),
+else the private Redis. The page client that signs in and posts forms as a browser would is
+`mcp_celery.testing.approvals`."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import json
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,14 +21,45 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from joserfc import jwt
+from joserfc.jwk import ECKey, KeySet
 
 from mcp_celery.server.edge.tokens import new_token
+from mcp_celery.testing.approvals import PageClient
 from mcp_celery.testing.processes import free_port, start_redis
 from tests import approval_jobs
 from tests.support import HttpClient, Process, http_answers, require_service, start_worker
 
+__all__ = [
+    "Deployment",
+    "alice_fixture",
+    "approval_worker_fixture",
+    "bob_page_fixture",
+    "browser_fixture",
+    "deployed",
+    "deployment_fixture",
+    "signed_in",
+]
+
 APP = "tests.approval_jobs"
 PEOPLE = ("alice", "bob", "carol")
+#: The JWT issuer the server trusts (a local key), and the audience its tokens name.
+ISSUER, AUDIENCE = "https://idp.approvals.test", "https://jobs.approvals.test/mcp"
+
+
+class Issuer:
+    """A local JWT issuer: its key, and the JWKS file the server reads."""
+
+    def __init__(self, folder: Path) -> None:
+        self.key = ECKey.generate_key("P-256", parameters={"kid": "approvals"})
+        self.jwks = folder / "jwks.json"
+        self.jwks.write_text(json.dumps(KeySet([self.key]).as_dict(private=False)))
+
+    def jwt(self, sub: str, lasts_s: int) -> str:
+        """A JWT for `sub` that expires `lasts_s` seconds from now."""
+        now = int(time.time())
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "exp": now + lasts_s, "nbf": now - 5}
+        return jwt.encode({"alg": "ES256", "kid": "approvals"}, claims, self.key)
 
 
 @dataclass
@@ -59,6 +95,7 @@ class Deployment:
     folder: Path
     tokens: dict[str, str]
     webhook: Webhook
+    issuer: Issuer
     base: str = ""  # http://127.0.0.1:PORT
     server: Process | None = None
 
@@ -69,9 +106,23 @@ class Deployment:
     def client(self, person: str) -> HttpClient:
         return HttpClient(self.mcp_url, self.tokens[person])
 
-    def worker(self, log: Path, concurrency: int = 2) -> Process:
+    @property
+    def token_file(self) -> Path:
+        return self.folder / "tokens"
+
+    def worker(self, log: Path, concurrency: int = 2, queue: str = approval_jobs.QUEUE, **env: str | None) -> Process:
+        """A prefork worker of the approval jobs serving `queue`; `env` overrides settings (None: unset)."""
         name = f"approvals-{log.parent.name[-12:]}"
-        return start_worker(self.env, log, app=APP, name=name, concurrency=concurrency, queues=approval_jobs.QUEUE)
+        changed = {k: v for k, v in {**self.env, **env}.items() if v is not None}
+        return start_worker(changed, log, app=APP, name=name, concurrency=concurrency, queues=queue)
+
+    def serve(self, log: Path, port: int, **env: str | None) -> Process:
+        """Another HTTP server of this deployment on `port`; `env` overrides settings (None: unset)."""
+        changed = {k: v for k, v in {**self.env, **env}.items() if v is not None}
+        args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(port)]
+        server = Process(args, changed, log)
+        server.wait_ready(lambda: http_answers(f"http://127.0.0.1:{port}/mcp"), 60, "the HTTP server to answer")
+        return server
 
 
 @pytest.fixture(scope="module", name="deployment")
@@ -82,20 +133,24 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
 
 @contextmanager
 def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None = None) -> Iterator[Deployment]:
-    """Redis, tokens, the webhook receiver and the HTTP server, with `settings` (MCP_CELERY_* and the
-    release job's) over the defaults; all stopped at the end."""
+    """Redis, tokens, a JWT issuer, the webhook receiver and the HTTP server, with `settings` (MCP_CELERY_*
+    and the release job's) over the defaults; all stopped at the end."""
     redis_url, redis_proc = start_redis(folder / "redis.log")
     tokens = {person: new_token(person, folder / "tokens") for person in PEOPLE}
     webhook = Webhook()
     receiver = webhook.serve()
+    issuer = Issuer(folder)
     port = free_port()
-    own = {k: v for k, v in env.items() if k != "MCP_CELERY_REDIS_URL"}
     deployment = Deployment(
         env={
-            **own,
+            **env,  # in a store pass, MCP_CELERY_REDIS_URL: the ACL user, or the cluster
             "APPROVAL_BROKER_URL": f"{redis_url}/0",
             "APPROVAL_BACKEND_URL": f"{redis_url}/1",
             "MCP_CELERY_AUTH_TOKENS": str(folder / "tokens"),
+            "MCP_CELERY_JWT_JWKS": str(issuer.jwks),
+            "MCP_CELERY_JWT_ISSUER": ISSUER,
+            "MCP_CELERY_JWT_AUDIENCE": AUDIENCE,
+            "MCP_CELERY_TRUSTED_PROXIES": "127.0.0.1",
             "MCP_CELERY_PUBLIC_URL": f"http://127.0.0.1:{port}/mcp",
             "MCP_CELERY_APPROVAL_WEBHOOK": webhook.url,
             "RELEASE_APPROVERS": "alice,bob",
@@ -106,18 +161,51 @@ def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None 
         folder=folder,
         tokens=tokens,
         webhook=webhook,
+        issuer=issuer,
         base=f"http://127.0.0.1:{port}",
     )
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(port)]
-    server = deployment.server = Process(args, deployment.env, folder / "server.log")
     try:
-        server.wait_ready(lambda: http_answers(deployment.mcp_url), 60, "the HTTP server to answer")
+        deployment.server = deployment.serve(folder / "server.log", port)
         yield deployment
     finally:
-        server.stop()
+        if deployment.server is not None:
+            deployment.server.stop()
         receiver.shutdown()
         receiver.server_close()
         redis_proc.stop()
+
+
+@pytest.fixture(scope="module", name="approval_worker")
+def approval_worker_fixture(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    """The module's worker of the approval jobs (queue `approvals`; not named `worker`, which the session's is)."""
+    proc = deployment.worker(tmp_path_factory.mktemp("approval-worker") / "worker.log")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(name="alice")
+def alice_fixture(deployment: Deployment) -> Iterator[HttpClient]:
+    """alice's MCP client: she calls the tools, and so asks every approval."""
+    client = deployment.client("alice")
+    yield client
+    client.close()
+
+
+@pytest.fixture(name="bob_page")
+def bob_page_fixture(deployment: Deployment) -> Iterator[PageClient]:
+    """bob, signed in on the approval page."""
+    page = signed_in(deployment, deployment.tokens["bob"])
+    yield page
+    page.close()
+
+
+def signed_in(deployment: Deployment, credential: str, client: str | None = None) -> PageClient:
+    """A page client signed in with `credential` (a token or JWT), as the forwarded client `client`
+    (None: loopback itself)."""
+    page = PageClient(deployment.base, {"X-Forwarded-For": client} if client else None)
+    answer = page.sign_in(credential)
+    assert answer.status_code == 303, answer.text
+    return page
 
 
 @pytest.fixture(name="browser")

@@ -28,7 +28,7 @@ By = pytest.importorskip("selenium.webdriver.common.by").By
 
 
 @pytest.fixture(scope="module")
-def worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+def oidc_worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     proc = oidc_deployment.worker(tmp_path_factory.mktemp("oidc-browser-worker") / "worker.log")
     yield proc
     proc.stop()
@@ -61,7 +61,7 @@ def sign_in_at_the_provider(browser: Any, link: str, person: str, screenshot: bo
 
 
 def test_bob_signs_in_at_the_provider_in_chromium_and_approves_and_carol_is_refused(
-    oidc_deployment: Deployment, provider: Provider, worker: Process, browser: Any
+    oidc_deployment: Deployment, provider: Provider, oidc_worker: Process, browser: Any
 ) -> None:
     alice = oidc_deployment.client("alice")
     first = release(alice, "4.0.0")

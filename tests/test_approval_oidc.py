@@ -40,7 +40,7 @@ from tests.support import ROOT, Process
 
 
 @pytest.fixture(scope="module")
-def worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+def oidc_worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     proc = oidc_deployment.worker(tmp_path_factory.mktemp("oidc-worker") / "worker.log")
     yield proc
     proc.stop()
@@ -68,7 +68,7 @@ def logged(deployment: Deployment, text: str) -> str:
 
 
 def test_bob_signs_in_at_the_provider_approves_alices_release_and_carol_is_refused(
-    oidc_deployment: Deployment, provider: Provider, worker: Process
+    oidc_deployment: Deployment, provider: Provider, oidc_worker: Process
 ) -> None:
     alice = oidc_deployment.client("alice")
     task_id = alice.start("release", {"version": "3.0.0"}, elicitation={"url": {}})
@@ -320,7 +320,7 @@ def test_sign_out_ends_the_session_here_and_sends_the_person_to_the_provider_to_
 
 
 def test_a_session_ends_with_its_id_token_and_a_decision_after_that_is_refused(
-    oidc_deployment: Deployment, provider: Provider, worker: Process
+    oidc_deployment: Deployment, provider: Provider, oidc_worker: Process
 ) -> None:
     alice = oidc_deployment.client("alice")
     task_id = alice.start("release", {"version": "3.1.0"}, elicitation={"url": {}})
