@@ -72,3 +72,11 @@ def oidc_deployment_fixture(
     folder = tmp_path_factory.mktemp("oidc-approvals")
     with deployed(env, folder, oidc_settings(provider.issuer, folder)) as deployment:
         yield deployment
+
+
+@pytest.fixture(scope="module", name="oidc_worker")
+def oidc_worker_fixture(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    """A prefork worker of the approval jobs for the OpenID Connect deployment."""
+    proc = oidc_deployment.worker(tmp_path_factory.mktemp("oidc-worker") / "worker.log")
+    yield proc
+    proc.stop()

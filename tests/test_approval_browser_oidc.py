@@ -11,7 +11,6 @@ logout). The sign-in page's screenshot goes to docs/images/approval-sign-in.png 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,19 +18,18 @@ import pytest
 from mcp_celery.testing.approvals import approval_path
 from mcp_celery.testing.processes import wait_for
 from tests.approval_support import Deployment, browser_fixture  # noqa: F401 - the fixture
-from tests.oidc_support import PROVIDER_NAME, Provider, oidc_deployment_fixture, provider_fixture  # noqa: F401
+from tests.oidc_support import (  # noqa: F401 - the fixtures
+    PROVIDER_NAME,
+    Provider,
+    oidc_deployment_fixture,
+    oidc_worker_fixture,
+    provider_fixture,
+)
 from tests.support import ROOT, HttpClient, Process
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-sign-in.png"
 
 By = pytest.importorskip("selenium.webdriver.common.by").By
-
-
-@pytest.fixture(scope="module")
-def oidc_worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    proc = oidc_deployment.worker(tmp_path_factory.mktemp("oidc-browser-worker") / "worker.log")
-    yield proc
-    proc.stop()
 
 
 def release(alice: HttpClient, version: str) -> dict[str, Any]:

@@ -34,16 +34,10 @@ from tests.oidc_support import (  # noqa: F401 - the fixtures
     Provider,
     oidc_deployment_fixture,
     oidc_settings,
+    oidc_worker_fixture,
     provider_fixture,
 )
 from tests.support import ROOT, Process
-
-
-@pytest.fixture(scope="module")
-def oidc_worker(oidc_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    proc = oidc_deployment.worker(tmp_path_factory.mktemp("oidc-worker") / "worker.log")
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture
