@@ -140,20 +140,27 @@ async def _status(service: TaskService, ctx: RequestContext, args: _StatusArgume
 
 
 async def _changed(service: TaskService, principal: str, found: Found, wait_s: float) -> Found | None:
-    """The task once its status changes (new questions count), or as it is after `wait_s` seconds."""
-    record, view = found
-    seen = (view.status, tuple(sorted(view.input_requests or {})))
+    """The task once its status differs from `found`'s (new questions count), or as it is after `wait_s` seconds.
+
+    Subscribe, then read, then wait: a change published after `found` was read but before the
+    subscription took is in the read made under the watch, so it is never slept through.
+    """
+    task_id = found[0].task_id
+    seen = _state(found)
     deadline = anyio.current_time() + wait_s
-    async with service.events.watch([record.task_id]) as watcher:
-        latest: Found | None = found
-        # Read once more under the watch: a change between the first read and the watch is not lost.
-        while latest is not None and (latest[1].status, tuple(sorted(latest[1].input_requests or {}))) == seen:
+    async with service.events.watch([task_id]) as watcher:
+        while True:
+            latest = await service.find(principal, task_id)
             left = deadline - anyio.current_time()
-            if left <= 0:
-                break
+            if latest is None or _state(latest) != seen or left <= 0:
+                return latest
             await watcher.changed(left)
-            latest = await service.find(principal, record.task_id)
-        return latest
+
+
+def _state(found: Found) -> tuple[str, tuple[str, ...]]:
+    """What a status wait compares: the status and the keys of the open questions."""
+    view = found[1]
+    return view.status, tuple(sorted(view.input_requests or {}))
 
 
 def _status_result(service: TaskService, found: Found, output: list[str]) -> types.CallToolResult:
