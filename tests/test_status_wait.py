@@ -34,7 +34,8 @@ WAIT_S = 8.0
 
 async def _wait_across_the_gap() -> tuple[types.CallToolResult, float]:
     service = TaskService(AppBinding.create(sample_jobs.app, Settings(redis_url=sample_jobs.STORE)))
-    ctx: Any = SimpleNamespace(request=None, meta=None, session=None)  # a stdio request: the local user's
+    # A stdio request (the local user's) from a client that sent no clientInfo.
+    ctx: Any = SimpleNamespace(request=None, meta=None, session=SimpleNamespace(client_params=None))
     async with service.running():
         spec = service.tools["checkpoint_loop"]
         record = service.new_record(spec, owner=envelope.principal(ctx), capabilities={}, plain=True)

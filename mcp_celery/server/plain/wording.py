@@ -3,7 +3,10 @@
 Server tier, shared by the plain call (`plain`) and the lifecycle tools (`lifecycle`). A host
 without the tasks extension hands the model only a tool result's text, so that text says plainly
 what happened, which tool to call next with which arguments and, for a question, the exact JSON
-answer `task_respond` takes. Programs read the same facts from `structuredContent` and `_meta`.
+answer `task_respond` takes. Some hosts show their model only a result's `structuredContent`
+(pydantic-ai whenever every content block is text, agent-framework by default), so the same facts
+go there too (`guidance`): the words whole, the next call as data, the example answer and the
+live output's tail.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ __all__ = [
     "STATUS_TOOL",
     "RESPOND_TOOL",
     "CANCEL_TOOL",
+    "call_text",
+    "example_answers",
+    "guidance",
+    "next_call",
     "output_tail",
     "questions",
     "running",
@@ -32,8 +39,36 @@ STATUS_TOOL, RESPOND_TOOL, CANCEL_TOOL = "task_status", "task_respond", "task_ca
 NO_SUCH_TASK = "no such task: {task_id!r} (unknown, expired, or not yours)"
 
 
+def call_text(call: Mapping[str, Any]) -> str:
+    """A call (`next_call`) as the words say it: `tool with {arguments}`."""
+    return f"{call['tool']} with {json.dumps(call['arguments'])}"
+
+
 def _call(tool: str, **arguments: Any) -> str:
-    return f"{tool} with {json.dumps(arguments)}"
+    return call_text({"tool": tool, "arguments": arguments})
+
+
+def next_call(task_id: str, view: TaskView, wait_s: float) -> dict[str, Any] | None:
+    """The call to make next, as data (None once the task has ended): answer its questions, else wait for it."""
+    if view.status == "input_required":
+        responses = example_answers(view.input_requests or {})
+        return {"tool": RESPOND_TOOL, "arguments": {"task_id": task_id, "responses": responses}}
+    if view.status == "working":
+        return {"tool": STATUS_TOOL, "arguments": {"task_id": task_id, "wait_seconds": wait_s}}
+    return None
+
+
+def guidance(message: str, task_id: str, view: TaskView, wait_s: float, output: list[str]) -> dict[str, Any]:
+    """The facts of `message` as structuredContent fields, for hosts that show their model only that part."""
+    fields: dict[str, Any] = {"message": message}
+    call = next_call(task_id, view, wait_s)
+    if call is not None:
+        fields["nextCall"] = call
+    if view.status == "input_required":
+        fields["exampleAnswer"] = example_answers(view.input_requests or {})
+    if output:
+        fields["outputTail"] = output
+    return fields
 
 
 def running(record: TaskRecord, view: TaskView, waited_s: float, wait_s: float) -> str:
@@ -73,16 +108,17 @@ def output_tail(task_id: str, lines: list[str]) -> str:
 def questions(task_id: str, requests: Mapping[str, Any]) -> str:
     """The job's outstanding questions, each with the exact answer `task_respond` takes."""
     lines = [f"The job is waiting for {'an answer' if len(requests) == 1 else 'answers'}:"]
-    examples: dict[str, Any] = {}
-    for key, request in sorted(requests.items()):
-        text, example = _question(key, request)
-        lines.append(text)
-        examples[key] = example
+    lines += [_question(key, request)[0] for key, request in sorted(requests.items())]
     lines.append(
-        f"Answer with {_call(RESPOND_TOOL, task_id=task_id, responses=examples)}, "
+        f"Answer with {_call(RESPOND_TOOL, task_id=task_id, responses=example_answers(requests))}, "
         "putting the real answers in place of the examples (one call may answer several)."
     )
     return "\n".join(lines)
+
+
+def example_answers(requests: Mapping[str, Any]) -> dict[str, Any]:
+    """`task_respond`'s responses for `requests`: an answer of each one's shape, with placeholder values."""
+    return {key: _question(key, request)[1] for key, request in sorted(requests.items())}
 
 
 def _question(key: str, request: Mapping[str, Any]) -> tuple[str, Any]:

@@ -34,9 +34,11 @@ __all__ = [
     "RequestContext",
     "check_task_name",
     "client_capabilities",
+    "client_name",
     "input_responses",
     "missing_capability",
     "principal",
+    "progress_token",
     "require_tasks_extension",
     "task_not_found",
     "tasks_declared",
@@ -70,6 +72,20 @@ def client_capabilities(ctx: RequestContext) -> dict[str, Any]:
         return raw
     caps = ctx.session.client_capabilities
     return {} if caps is None else caps.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def client_name(ctx: RequestContext) -> str | None:
+    """The `clientInfo` name the client sent (2026-07-28 `_meta`, or the initialize handshake); None when unknown."""
+    params = ctx.session.client_params
+    return None if params is None else params.client_info.name
+
+
+def progress_token(ctx: RequestContext) -> str | int | None:
+    """The request's `_meta.progressToken`, when it asks for progress notifications."""
+    meta: Mapping[str, Any] = ctx.meta or {}  # type: ignore[assignment]
+    # The SDK hands `_meta` over with its TypedDict's key (`progress_token`); raw, it is `progressToken`.
+    token = meta.get("progress_token", meta.get("progressToken"))
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
 
 
 def input_responses(params: Any) -> dict[str, Any]:
