@@ -58,6 +58,8 @@ def serve(
     check_tool_names(app, settings)
     binding = AppBinding.create(app, settings)
     probe(binding.redis)
+    # The store every worker must share: a worker with another refuses the jobs, naming both (its start says its own).
+    logs.announce(f"task store {binding.described}")
     tools = registry(app)
     for spec in tools.values():
         if not spec.described:
