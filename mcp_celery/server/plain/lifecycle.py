@@ -237,7 +237,10 @@ async def _respond(service: TaskService, ctx: RequestContext, args: _RespondArgu
     elif answered.taken:
         lines.append(f"Every question is answered; the job goes on. Follow it with {wording.STATUS_TOOL}.")
     after = await service.find(principal, args.task_id) or found  # what to do next depends on the task now
-    text = _then(service, ctx, after, " ".join(lines))
+    text, read = _then(service, ctx, after, " ".join(lines)), None
+    if after[1].terminal and answered.taken:  # ended already: its result is one task_status away
+        read = {"tool": wording.STATUS_TOOL, "arguments": {"task_id": found[0].task_id}}
+        text += f"\nThe task has ended ({after[1].status}): read it with {wording.call_text(read)}."
     structured = {
         "taskId": found[0].task_id,
         "taken": answered.taken,
@@ -245,6 +248,7 @@ async def _respond(service: TaskService, ctx: RequestContext, args: _RespondArgu
         "ignored": answered.ignored,
         "stillOpen": answered.still_open,
         **await _guidance(service, ctx, after, text),
+        **({"nextCall": read} if read else {}),
     }
     # Nothing taken from a non-empty answer: the model's answer missed, say so as an error it notices.
     is_error = bool(args.responses) and not answered.taken
