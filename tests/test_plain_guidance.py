@@ -5,11 +5,14 @@ block is text, agent-framework by default): the handle, `task_status`, `task_res
 `task_cancel` carry the words whole (`message`), the next call as data (`nextCall`), the example
 answer (`exampleAnswer`) and the live output's tail (`outputTail`) there too, valid against the
 output schemas they list. The inline window never outlasts the calling client's timeout: a server
-of its own here, with a long MCP_CELERY_INLINE_S and its own MCP_CELERY_CLIENT_WINDOWS.
+of its own here, with a long MCP_CELERY_INLINE_S and its own MCP_CELERY_CLIENT_WINDOWS. A client of the
+initialize era over stateless HTTP gets its declaration back in its session id, so its task records
+what it declared and its window is its own.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +20,10 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+import redis
 
 from mcp_celery.server.plain.windows import KNOWN_CLIENTS
+from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.testing.jsonrpc import RawHttpClient
 from tests.support import HttpClient, Process, start_http_server
 
@@ -137,3 +142,35 @@ def test_a_client_that_resets_its_timeout_on_progress_keeps_the_long_window(wind
     # Without a progress token it has no keepalives to hold it: the window of clients not in the table.
     result, took = timed_handle(windows_url, "patient-host", 8)
     assert result["structuredContent"]["status"] == "working" and took < 2 + 2.5, (result, took)
+
+
+# ---------------------------------------------------------------- the initialize era over stateless HTTP
+
+OLD_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def test_what_an_initialize_era_client_declared_is_recorded_with_its_task_and_fits_its_window(
+    windows_url: str, store_redis: redis.Redis
+) -> None:
+    client = RawHttpClient(windows_url)
+    declared = {"elicitation": {"form": {}}, "roots": {}}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": declared, "clientInfo": {"name": "mcp", "version": "1"}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+    reply = client.send_raw(json.dumps(body).encode(), OLD_HEADERS)
+    session = reply.headers["mcp-session-id"]
+    assert reply.status_code == 200 and session.startswith("mcs1."), reply
+    # Each later request is a new stateless POST that carries the session id, as the transport requires.
+    later = {**OLD_HEADERS, "Mcp-Protocol-Version": "2025-11-25", "Mcp-Session-Id": session}
+    call = {"name": "slow_greeting", "arguments": {"name": "Old", "seconds": 30}}
+    started = time.monotonic()
+    answer = client.send_raw(
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}).encode(), later
+    )
+    took = time.monotonic() - started
+    handle = answer.json()["result"]["structuredContent"]
+    assert handle["status"] == "working" and KNOWN_CLIENTS["mcp"].window_s - 0.5 <= took < 8, (handle, took)
+    record = store_redis.hget(Keys().task(handle["taskId"]), FIELD.CAPABILITIES)
+    assert json.loads(record or b"{}") == declared  # not {}: what the client said at initialize
+    cancel = {"name": "task_cancel", "arguments": {"task_id": handle["taskId"]}}
+    client.send_raw(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": cancel}).encode(), later)
+    client.close()
