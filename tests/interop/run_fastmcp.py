@@ -6,19 +6,13 @@ Usage: python run_fastmcp.py URL CASE... (one JSON line per case on stdout)
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from typing import Any
 
 from fastmcp import Client
 from fastmcp.exceptions import ToolError
-from scripted import Model
+from scripted import Model, main, text_of
 
 LIBRARY = "fastmcp 4.1.6"
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
 async def play(url: str, name: str) -> str:
@@ -28,23 +22,16 @@ async def play(url: str, name: str) -> str:
         return model.elicited()
 
     step: tuple[str, dict[str, Any]] | None = model.first()
-    try:
+    with model.playing():
         async with Client(url, elicitation_handler=elicit) as client:
             while step is not None:
                 try:
-                    seen = text_of(await client.call_tool(step[0], step[1]))
+                    seen = text_of((await client.call_tool(step[0], step[1])).content)
                 except ToolError as exc:  # a tool error is shown to the model as its text
                     seen = str(exc)
                 step = model.next(seen)
-    except Exception as exc:  # noqa: BLE001 - reported as the case's error
-        model.finish(model.outcome.final, f"{type(exc).__name__}: {exc}")
     return model.outcome.line()
 
 
-async def main(url: str, names: list[str]) -> None:
-    for name in names:
-        print(await play(url, name), flush=True)
-
-
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2:]))
+    main(play)

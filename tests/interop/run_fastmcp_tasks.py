@@ -8,20 +8,15 @@ Usage: python run_fastmcp_tasks.py URL CASE... (one JSON line per case on stdout
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
 from fastmcp import Client
 from fastmcp_tasks.client import call_tool_task
-from scripted import Model
+from scripted import Model, main, text_of
 
 LIBRARY = "fastmcp 4.1.4 + fastmcp-tasks 4.1.4"
 #: How long the cancel case's job runs before the library's handle cancels it.
 CANCEL_AFTER_S = 2.0
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
 async def play(url: str, name: str) -> str:
@@ -31,7 +26,7 @@ async def play(url: str, name: str) -> str:
         return model.elicited()
 
     tool, arguments = model.first()
-    try:
+    with model.playing():
         async with Client(url, elicitation_handler=elicit) as client:
             if model.wants_cancel():
                 task = await call_tool_task(client, tool, arguments)
@@ -40,16 +35,9 @@ async def play(url: str, name: str) -> str:
                 final = await task.wait()
                 model.next(f"task {task.task_id} {final.status}")
             else:
-                model.next(text_of(await client.call_tool(tool, arguments)))
-    except Exception as exc:  # noqa: BLE001 - reported as the case's error
-        model.finish(model.outcome.final, f"{type(exc).__name__}: {exc}")
+                model.next(text_of((await client.call_tool(tool, arguments)).content))
     return model.outcome.line()
 
 
-async def main(url: str, names: list[str]) -> None:
-    for name in names:
-        print(await play(url, name), flush=True)
-
-
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2:]))
+    main(play)

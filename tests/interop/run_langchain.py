@@ -7,12 +7,10 @@ Usage: python run_langchain.py URL CASE... (one JSON line per case on stdout)
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from typing import Any
 
 from langchain_mcp_adapters.client import MultiServerMCPClient
-from scripted import Model
+from scripted import Model, main
 
 LIBRARY = "langchain-mcp-adapters 0.3.2"
 
@@ -28,7 +26,7 @@ async def play(url: str, name: str) -> str:
     model = Model(LIBRARY, name)
     client = MultiServerMCPClient({"jobs": {"url": url, "transport": "streamable_http"}})
     step: tuple[str, dict[str, Any]] | None = model.first()
-    try:
+    with model.playing():
         tools = {tool.name: tool for tool in await client.get_tools()}
         calls = 0
         while step is not None:
@@ -36,15 +34,8 @@ async def play(url: str, name: str) -> str:
             call = {"name": step[0], "args": step[1], "id": f"call-{calls}", "type": "tool_call"}
             message = await tools[step[0]].ainvoke(call)
             step = model.next(text_of(message.content))
-    except Exception as exc:  # noqa: BLE001 - reported as the case's error
-        model.finish(model.outcome.final, f"{type(exc).__name__}: {exc}")
     return model.outcome.line()
 
 
-async def main(url: str, names: list[str]) -> None:
-    for name in names:
-        print(await play(url, name), flush=True)
-
-
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2:]))
+    main(play)

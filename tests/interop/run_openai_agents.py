@@ -6,14 +6,12 @@ Usage: python run_openai_agents.py URL CASE... (one JSON line per case on stdout
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from typing import Any
 
 from agents import Agent, Runner, set_tracing_disabled
 from agents.mcp import MCPServerStreamableHttp
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
-from scripted import Model
+from scripted import Model, main
 
 LIBRARY = "openai-agents 0.24.0"
 
@@ -27,7 +25,7 @@ def last_output(call: ModelCall) -> str:
     return str(output)
 
 
-async def play(server: MCPServerStreamableHttp, name: str) -> str:
+async def play(url: str, name: str) -> str:
     model = Model(LIBRARY, name)
     calls = 0
 
@@ -40,20 +38,13 @@ async def play(server: MCPServerStreamableHttp, name: str) -> str:
         return [function_call(step[0], step[1], call_id=f"call-{calls}")]
 
     scripted = ScriptedModel([ModelStep.respond(respond) for _ in range(60)])
-    agent = Agent(name="jobs", model=scripted, mcp_servers=[server])
-    try:
-        await Runner.run(agent, "run the job", max_turns=60)
-    except Exception as exc:  # noqa: BLE001 - reported as the case's error
-        model.finish(model.outcome.final, f"{type(exc).__name__}: {exc}")
+    with model.playing():
+        async with MCPServerStreamableHttp(params={"url": url}) as server:  # every default, the 5 s timeout too
+            agent = Agent(name="jobs", model=scripted, mcp_servers=[server])
+            await Runner.run(agent, "run the job", max_turns=60)
     return model.outcome.line()
 
 
-async def main(url: str, names: list[str]) -> None:
-    set_tracing_disabled(True)  # no trace export (it would need an API key)
-    async with MCPServerStreamableHttp(params={"url": url}) as server:  # every default, the 5 s timeout too
-        for name in names:
-            print(await play(server, name), flush=True)
-
-
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2:]))
+    set_tracing_disabled(True)  # no trace export (it would need an API key)
+    main(play)

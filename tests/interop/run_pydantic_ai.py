@@ -7,14 +7,11 @@ Usage: python run_pydantic_ai.py URL CASE... (one JSON line per case on stdout)
 
 from __future__ import annotations
 
-import asyncio
-import sys
-
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from scripted import Model
+from scripted import Model, main
 
 LIBRARY = "pydantic-ai 2.68"
 
@@ -38,18 +35,11 @@ async def play(url: str, name: str) -> str:
         return ModelResponse(parts=[ToolCallPart(step[0], step[1])])
 
     agent = Agent(FunctionModel(respond), toolsets=[MCPToolset(url)])
-    try:
+    with model.playing():
         async with agent:
             await agent.run("run the job")
-    except Exception as exc:  # noqa: BLE001 - reported as the case's error
-        model.finish(model.outcome.final, f"{type(exc).__name__}: {exc}")
     return model.outcome.line()
 
 
-async def main(url: str, names: list[str]) -> None:
-    for name in names:
-        print(await play(url, name), flush=True)
-
-
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2:]))
+    main(play)

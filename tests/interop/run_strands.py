@@ -8,13 +8,12 @@ Usage: python run_strands.py URL plain|tasks CASE... (one JSON line per case on 
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from typing import Any
 
 from mcp import types
 from mcp.client.streamable_http import streamable_http_client
-from scripted import Model
+from scripted import Model, main
 from strands.tools.mcp import MCPClient
 
 #: How long a job runs before the cancel case's agent is cancelled (tasks mode: the library cancels its task).
@@ -47,7 +46,7 @@ async def play(url: str, mode: str, name: str) -> str:
         options["tasks_config"] = {}
     client = MCPClient(lambda: streamable_http_client(url), **options)
     step: tuple[str, dict[str, Any]] | None = model.first()
-    try:
+    with model.playing():
         with client:
             tools = {tool.tool_name: tool for tool in client.list_tools_sync()}
             while step is not None:
@@ -55,15 +54,8 @@ async def play(url: str, mode: str, name: str) -> str:
                 if mode == "tasks" and model.wants_cancel():
                     asyncio.get_running_loop().call_later(CANCEL_AFTER_S, cancel.set)
                 step = model.next(await call(client, tools[step[0]], step[1], cancel))
-    except Exception as exc:  # noqa: BLE001 - reported as the case's error
-        model.finish(model.outcome.final, f"{type(exc).__name__}: {exc}")
     return model.outcome.line()
 
 
-async def main(url: str, mode: str, names: list[str]) -> None:
-    for name in names:
-        print(await play(url, mode, name), flush=True)
-
-
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:]))
+    main(play, options=1)

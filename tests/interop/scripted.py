@@ -13,9 +13,13 @@ A driver prints one JSON object per case (`Outcome`); tests/test_interop.py chec
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
+import sys
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -131,7 +135,32 @@ class Model:
             return True
         return False
 
+    @contextlib.contextmanager
+    def playing(self) -> Iterator[None]:
+        """Around a case's calls: an exception ends the case, as its error."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - reported as the case's error
+            self.finish(self.outcome.final, f"{type(exc).__name__}: {exc}")
+
     def finish(self, final: str, error: str | None = None) -> None:
         self.outcome.final = final
         self.outcome.error = error
         self.outcome.seconds = round(time.monotonic() - self._started, 1)
+
+
+def text_of(blocks: Any) -> str:
+    """The text of a result's content blocks (objects with a `text`), as a model is shown them."""
+    return "\n".join(str(getattr(block, "text", "")) for block in blocks)
+
+
+def main(play: Callable[..., Awaitable[str]], options: int = 0) -> None:
+    """A driver's command line, `URL [OPTION...] CASE...`: `play(url, *options, case)` for each case in turn,
+    printing its outcome line."""
+
+    async def every_case() -> None:
+        url, chosen = sys.argv[1], sys.argv[2 : 2 + options]
+        for name in sys.argv[2 + options :]:
+            print(await play(url, *chosen, name), flush=True)
+
+    asyncio.run(every_case())

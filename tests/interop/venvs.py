@@ -13,8 +13,6 @@ virtualenv (bench/.venv-fastmcp, `tests.client_fixtures`).
 
 from __future__ import annotations
 
-import fcntl
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,22 +78,8 @@ def missing(venv: str) -> str | None:
 def make(venv: str) -> str | None:
     """Make the virtualenv if missing; None when it is ready, else why it could not be made."""
     if venv == "fastmcp":
-        return client_fixtures._ensure_venv()
-    python = python_of(venv)
-    home = python.parent.parent
-    home.mkdir(parents=True, exist_ok=True)
-    with (home / ".making").open("w") as turn:
-        fcntl.flock(turn, fcntl.LOCK_EX)
-        if python.exists():
-            return None
-        try:
-            subprocess.run([sys.executable, "-m", "venv", str(home)], check=True, capture_output=True, timeout=120)
-            pip = [str(home / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *VENVS[venv]]
-            subprocess.run(pip, check=True, capture_output=True, timeout=900)
-        except (subprocess.SubprocessError, OSError) as exc:
-            python.unlink(missing_ok=True)  # half made: made again next time
-            return f"could not make {home} with {' '.join(VENVS[venv])}: {exc}"
-    return None
+        return client_fixtures.make_venv(client_fixtures.VENV, client_fixtures.PACKAGES)
+    return client_fixtures.make_venv(python_of(venv).parent.parent, list(VENVS[venv]))
 
 
 if __name__ == "__main__":  # `python -m tests.interop.venvs`: make every virtualenv of the suite (.ci/run)
