@@ -197,7 +197,8 @@ class TaskService:
                 logger.exception("looking for lost jobs failed; trying again in %.1f s", reaper.sweep_s)
 
     def first_check_ms(self, created_ms: int) -> int | None:
-        """When a new task's message is first looked for if no job has started (None: never)."""
+        """When a new task is first looked at if no job has started: a refusal, then its message (None: outside
+        the server's lifespan, no reaper)."""
         return None if self._reaper is None else self._reaper.first_check_ms(created_ms)
 
     # ------------------------------------------------------------------ creating
