@@ -266,6 +266,8 @@ def test_a_plain_host_gets_the_approval_link_at_once_not_after_its_inline_window
         took_s,
         text,
     )
+    assert "approval policy holds this call of deploy_docs" in text and "nothing has run yet" in text, text
+    assert "one of bob, carol must open" in text and "Nothing to answer here" in text, text
     task_id = called["_meta"][TASK_HANDLE_META]["taskId"]
     shown = alice.result("tools/call", {"name": "task_status", "arguments": {"task_id": task_id}}, capabilities={})
     bob = signed_in(deployment.base, deployment.tokens["bob"])
