@@ -27,6 +27,7 @@ from mcp_celery.errors import ConfigurationError
 from mcp_celery.logs import principal_digest
 from mcp_celery.protocol import TASK_HANDLE_META
 from mcp_celery.server.engine.policy import parse_policy
+from mcp_celery.store.schema import Keys
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
 from tests import approval_jobs
@@ -217,6 +218,38 @@ def test_a_denied_call_completes_not_run_denied_by_name_and_is_never_queued(
     assert broker(deployment).llen(approval_jobs.GATED_QUEUE) == 0 and runs(deployment, "db", "prod") == 0
     assert event["uuid"] == task_id and event["approved"] is False and event["by"] == principal_digest("bob")
     assert revoked["uuid"] == task_id and "bob" not in json.dumps([event, revoked])  # names stay out of events
+    bob.close()
+
+
+def test_an_approval_runs_only_the_call_it_was_asked_for(deployment: Deployment, alice: HttpClient) -> None:
+    """The kept message is checked against the request the approver saw: changed, it does not run."""
+    task_id = alice.start("deploy_service", {"service": "billing", "env": "staging"})
+    path = approval_path(waiting(alice, task_id))
+    store = redis.Redis.from_url(deployment.env["APPROVAL_BACKEND_URL"])
+    kept = json.loads(store.hget(Keys().task(task_id), "resume") or b"{}")
+    kept["kwargs"]["env"] = "prod"  # what a bug (or someone with the store's keys) could make of it
+    store.hset(Keys().task(task_id), "resume", json.dumps(kept))
+    bob = signed_in(deployment.base, deployment.tokens["bob"])
+    assert bob.decide(path, "approve", "staging is fine").status_code == 303
+    done = alice.get(task_id)
+    assert done["statusMessage"] == "not run: approved by bob, but not for these arguments", done
+    assert broker(deployment).llen(approval_jobs.GATED_QUEUE) == 0 and runs(deployment, "billing", "prod") == 0
+    bob.close()
+
+
+def test_an_approval_the_policy_no_longer_allows_does_not_run(deployment: Deployment, alice: HttpClient) -> None:
+    task_id = alice.start("deploy_service", {"service": "search", "env": "prod"})
+    path = approval_path(waiting(alice, task_id))
+    policy = Path(deployment.env["MCP_CELERY_APPROVAL_POLICY"])
+    bob = signed_in(deployment.base, deployment.tokens["bob"])
+    try:
+        policy.write_text(POLICY.replace('approvers = ["bob", "carol"]', 'approvers = ["carol"]'))
+        assert bob.decide(path, "approve").status_code == 303  # the request as asked still names bob
+    finally:
+        policy.write_text(POLICY)
+    done = alice.get(task_id)
+    assert done["statusMessage"].startswith("not run: approved by bob, but the policy as it reads now does not let")
+    assert broker(deployment).llen(approval_jobs.GATED_QUEUE) == 0 and runs(deployment, "search", "prod") == 0
     bob.close()
 
 

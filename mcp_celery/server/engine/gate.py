@@ -145,7 +145,7 @@ class PolicyGate:
             asked_ms=record.created_ms,
             until_ms=until_ms,
             signature=_signature(spec, record.task_id, arguments),
-            gate={"rule": rule.pattern, "digest": digest, "principal": record.owner, "until": until_ms},
+            gate={"rule": rule.pattern, "digest": digest, "approval": approval_id, "until": until_ms},
         )
         record_s = int(window_s) + 1 + store.lifetimes.live_s
         then = held_commands(
@@ -194,19 +194,24 @@ class PolicyGate:
             said = f": {decided.comment}" if decided.comment else ""
             await _not_run(store, self.app, record, now_ms(), decided, said)
             return False
-        if (but := self._but(record, decided, signature)) is not None:
+        shown = await store.approval(str((record.gate or {}).get("approval")))  # the request the approver saw
+        if (but := self._but(record, decided, signature, None if shown is None else shown[2])) is not None:
             await _not_run(store, self.app, record, now_ms(), decided, f", but {but}")
             return False
         await _tell(self.app, record, "approved", decided, "")
         return True
 
-    def _but(self, record: TaskRecord, decided: Approval, signature: str) -> str | None:
-        """Why an approved call must not run after all, or None: bound to this very call, in time, still allowed."""
-        gate = record.gate or {}
-        message = kombu_json.loads(signature)
-        if call_digest(record.tool, message.get("kwargs") or {}) != gate.get("digest"):
+    def _but(
+        self, record: TaskRecord, decided: Approval, signature: str, shown: Mapping[str, Any] | None
+    ) -> str | None:
+        """Why an approved call must not run after all, or None: the request the approver saw (`shown`, as
+        the page's index keeps it) names this very call (tool, caller, call digest), the decision came in
+        time, and the policy as it reads now still lets the decider approve it."""
+        gate, seen = record.gate or {}, (approval_of(shown) if shown is not None else None) or {}
+        digest = call_digest(record.tool, kombu_json.loads(signature).get("kwargs") or {})
+        if digest != gate.get("digest") or digest != (seen.get("details") or {}).get("call sha256"):
             return "not for these arguments"
-        if gate.get("principal") != record.owner:
+        if seen.get("requester") != record.owner:
             return "for another caller"
         if int(decided.at.timestamp() * 1000) > int(gate.get("until") or 0):
             return "after the approval's window closed"
