@@ -80,14 +80,29 @@ def test_a_mistake_in_the_policy_is_refused_with_its_line(text: str, line: int, 
     assert said in str(refused.value), refused.value
 
 
-def test_serve_refuses_to_start_with_a_malformed_policy_naming_its_line(deployment: Deployment, tmp_path: Path) -> None:
-    policy = tmp_path / "policy.toml"
-    policy.write_text('[tools."deploy_*"]\napprovers = ["bob"]\nfour_eyes = "yes"\n')
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(free_port())]
-    env = {**deployment.env, "MCP_CELERY_APPROVAL_POLICY": str(policy)}
+@pytest.mark.parametrize(
+    ("policy", "http", "said"),
+    [
+        (
+            '[tools."deploy_*"]\napprovers = ["bob"]\nfour_eyes = "yes"\n',
+            True,
+            'line 3 (four_eyes = "yes"): four_eyes must be true or false',
+        ),
+        ('[tools.restart_service]\napprovers = ["bob"]\n', False, "needs MCP_CELERY_PUBLIC_URL over stdio"),
+    ],
+)
+def test_serve_refuses_to_start_with_a_policy_it_cannot_apply(
+    deployment: Deployment, tmp_path: Path, policy: str, http: bool, said: str
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(policy)
+    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP]
+    args += ["--http", "--port", str(free_port())] if http else []
+    env = {k: v for k, v in deployment.env.items() if k != "MCP_CELERY_PUBLIC_URL"}
+    env["MCP_CELERY_APPROVAL_POLICY"] = str(path)
     done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 2, done.stderr
-    assert f'approval policy {policy} line 3 (four_eyes = "yes"): four_eyes must be true or false' in done.stderr
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("mcp-celery: "), done.stderr  # one line
 
 
 # ---------------------------------------------------------------- the deployment
