@@ -58,8 +58,6 @@ def serve(
     check_tool_names(app, settings)
     binding = AppBinding.create(app, settings)
     probe(binding.redis)
-    # The store every worker must share: a worker with another refuses the jobs, naming both (its start says its own).
-    logs.announce(f"task store {binding.described}")
     tools = registry(app)
     if settings.approval_policy:
         _check_approval_policy(app, settings, http=http)
@@ -71,6 +69,8 @@ def serve(
                 spec.name,
                 spec.celery_task.name,
             )
+    # Every check passed. The store every worker must share: a worker with another refuses the jobs, naming both.
+    logs.announce(f"task store {binding.described}")
     if http:
         if settings.metrics_port is not None:  # server processes of --workers N read it from the environment
             os.environ["MCP_CELERY_METRICS_PORT"] = str(settings.metrics_port)
