@@ -6,10 +6,12 @@ are what a model uses when its host hands it a task handle from a plain call (`p
 owner check (an unknown, expired or foreign id is "no such task", alike), the same answer
 validation and the same cancel as the SEP-2663 wire, from any replica and after a restart.
 
-Each answers in words for the model (`wording`) and as `structuredContent` for programs:
-`task_status` gives the task exactly as `tasks/get` does (without `resultType`), the last few
-lines of the job's live output, and, once the task completed, the job's own content blocks, so the
-model reads the real result.
+Each answers in words for the model (`wording`) and as `structuredContent`, which carries the same
+words, next call, example answer and output tail (`wording.guidance`; some hosts show their model
+only that part): `task_status` gives the task as `tasks/get` does (without `resultType`), the last
+few lines of the job's live output, and, once the task completed, the job's own content blocks, so
+the model reads the real result. A wait never outlasts the calling client's window (`windows`), and
+misses no change (`_changed`).
 """
 
 from __future__ import annotations
