@@ -241,7 +241,7 @@ def test_x_forwarded_for_from_a_peer_that_is_no_trusted_proxy_is_ignored(
 ) -> None:
     port = free_port()
     server = deployment.serve(
-        tmp_path / "server.log", port, MCP_CELERY_TRUSTED_PROXIES=None, MCP_CELERY_APPROVAL_SIGN_IN_LIMIT="3"
+        port, tmp_path / "server.log", MCP_CELERY_TRUSTED_PROXIES=None, MCP_CELERY_APPROVAL_SIGN_IN_LIMIT="3"
     )
     try:
         statuses = []
