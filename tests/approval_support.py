@@ -36,10 +36,14 @@ __all__ = [
     "approval_worker_fixture",
     "bob_page_fixture",
     "deployment_fixture",
+    "URL_ELICITATION",
     "signed_in",
+    "waiting",
 ]
 
 APP = "tests.approval_jobs"
+#: The client capabilities of a client that shows its user an approval's link (URL-mode elicitation).
+URL_ELICITATION = {"elicitation": {"url": {}}}
 PEOPLE = ("alice", "bob", "carol")
 #: The JWT issuer the server trusts (a local key), and the audience its tokens name.
 ISSUER, AUDIENCE = "https://idp.approvals.test", "https://jobs.approvals.test/mcp"
@@ -216,3 +220,8 @@ def signed_in(deployment: Deployment, credential: str, client: str | None = None
     answer = page.sign_in(credential)
     assert answer.status_code == 303, answer.text
     return page
+
+
+def waiting(client: HttpClient, task_id: str) -> dict[str, Any]:
+    """The task once it asks (`input_required`)."""
+    return client.wait(task_id, {"input_required"}, timeout=60)

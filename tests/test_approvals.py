@@ -26,22 +26,16 @@ from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
 from tests import approval_jobs
 from tests.approval_support import (  # noqa: F401 - the fixtures
+    URL_ELICITATION,
     Deployment,
     alice_fixture,
     approval_worker_fixture,
     bob_page_fixture,
     deployment_fixture,
     signed_in,
+    waiting,
 )
 from tests.support import HttpClient, Process
-
-URL_ELICITATION = {"elicitation": {"url": {}}}
-
-
-def waiting(client: HttpClient, task_id: str) -> dict[str, Any]:
-    return wait_for(
-        lambda: t if (t := client.get(task_id))["status"] == "input_required" else None, 60, 0.05, f"{task_id} asks"
-    )
 
 
 def ended(client: HttpClient, task_id: str) -> dict[str, Any]:
