@@ -1,10 +1,10 @@
 """The approval tests' deployment: a private Redis (Celery's broker and results), tokens for alice, bob
-and carol, JWTs of a local issuer, a webhook receiver and an HTTP server on a port chosen first
-(MCP_CELERY_PUBLIC_URL must name it for the workers) that believes X-Forwarded-For from loopback
-(MCP_CELERY_TRUSTED_PROXIES), so that a test can sign in as a client of its own. mcp-celery's store
-is the session's in a store pass (MCP_CELERY_REDIS_URL: the ACL user, the cluster; tests/conftest.py),
-else the private Redis. The page client that signs in and posts forms as a browser would is
-`mcp_celery.testing.approvals`."""
+and carol, JWTs of a local issuer, a webhook receiver, an approval policy (`POLICY`) and an HTTP server
+on a port chosen first (MCP_CELERY_PUBLIC_URL must name it for the workers) that believes
+X-Forwarded-For from loopback (MCP_CELERY_TRUSTED_PROXIES), so that a test can sign in as a client of
+its own. mcp-celery's store is the session's in a store pass (MCP_CELERY_REDIS_URL: the ACL user, the
+cluster; tests/conftest.py), else the private Redis. The page client that signs in and posts forms as a
+browser would is `mcp_celery.testing.approvals`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ from tests import approval_jobs
 from tests.support import HttpClient, Process, http_answers, require_service, start_worker
 
 __all__ = [
+    "APP",
+    "POLICY",
     "Deployment",
     "alice_fixture",
     "approval_worker_fixture",
@@ -38,10 +40,14 @@ __all__ = [
     "browser_fixture",
     "deployed",
     "deployment_fixture",
+    "URL_ELICITATION",
     "signed_in",
+    "waiting",
 ]
 
 APP = "tests.approval_jobs"
+#: The client capabilities of a client that shows its user an approval's link (URL-mode elicitation).
+URL_ELICITATION = {"elicitation": {"url": {}}}
 PEOPLE = ("alice", "bob", "carol")
 #: The JWT issuer the server trusts (a local key), and the audience its tokens name.
 ISSUER, AUDIENCE = "https://idp.approvals.test", "https://jobs.approvals.test/mcp"
@@ -60,6 +66,18 @@ class Issuer:
         now = int(time.time())
         claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "exp": now + lasts_s, "nbf": now - 5}
         return jwt.encode({"alg": "ES256", "kid": "approvals"}, claims, self.key)
+
+
+#: MCP_CELERY_APPROVAL_POLICY of the deployment: the tools of `approval_jobs` it holds for approval.
+POLICY = """\
+[tools."deploy_*"]
+approvers = ["bob", "carol"]
+message = "Deploy {service} to {env}?"
+
+[tools.restart_service]
+approvers = ["bob"]
+timeout_s = 3
+"""
 
 
 @dataclass
@@ -110,19 +128,28 @@ class Deployment:
     def token_file(self) -> Path:
         return self.folder / "tokens"
 
-    def worker(self, log: Path, concurrency: int = 2, queue: str = approval_jobs.QUEUE, **env: str | None) -> Process:
-        """A prefork worker of the approval jobs serving `queue`; `env` overrides settings (None: unset)."""
+    def worker(self, log: Path, concurrency: int = 2, queues: str = approval_jobs.QUEUE, **env: str | None) -> Process:
+        """A prefork worker of the approval jobs serving `queues`; `env`: settings over its own (None: unset)."""
         name = f"approvals-{log.parent.name[-12:]}"
-        changed = {k: v for k, v in {**self.env, **env}.items() if v is not None}
-        return start_worker(changed, log, app=APP, name=name, concurrency=concurrency, queues=queue)
+        return start_worker(_over(self.env, env), log, app=APP, name=name, concurrency=concurrency, queues=queues)
 
-    def serve(self, log: Path, port: int, **env: str | None) -> Process:
-        """Another HTTP server of this deployment on `port`; `env` overrides settings (None: unset)."""
-        changed = {k: v for k, v in {**self.env, **env}.items() if v is not None}
+    def serve(self, port: int, log: Path, **env: str | None) -> Process:
+        """Start `mcp-celery serve --http` of this deployment on `port` (`env`: settings over its own; None: unset)."""
         args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(port)]
-        server = Process(args, changed, log)
+        server = Process(args, _over(self.env, env), log)
         server.wait_ready(lambda: http_answers(f"http://127.0.0.1:{port}/mcp"), 60, "the HTTP server to answer")
         return server
+
+    def restart_server(self) -> None:
+        """Stop the deployment's server and start it again on its port."""
+        assert self.server is not None
+        self.server.stop()
+        self.server = self.serve(int(self.base.rsplit(":", 1)[1]), self.folder / "server-again.log")
+
+
+def _over(base: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """`base` with `changes` over it; a change to None removes the setting."""
+    return {k: v for k, v in {**base, **changes}.items() if v is not None}
 
 
 @pytest.fixture(scope="module", name="deployment")
@@ -140,6 +167,7 @@ def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None 
     webhook = Webhook()
     receiver = webhook.serve()
     issuer = Issuer(folder)
+    (folder / "policy.toml").write_text(POLICY)
     port = free_port()
     deployment = Deployment(
         env={
@@ -153,6 +181,7 @@ def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None 
             "MCP_CELERY_TRUSTED_PROXIES": "127.0.0.1",
             "MCP_CELERY_PUBLIC_URL": f"http://127.0.0.1:{port}/mcp",
             "MCP_CELERY_APPROVAL_WEBHOOK": webhook.url,
+            "MCP_CELERY_APPROVAL_POLICY": str(folder / "policy.toml"),
             "RELEASE_APPROVERS": "alice,bob",
             "RELEASE_WORK_DIR": str(folder / "work"),
             "RELEASE_PUBLISH_DIR": str(folder / "published"),
@@ -165,7 +194,7 @@ def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None 
         base=f"http://127.0.0.1:{port}",
     )
     try:
-        deployment.server = deployment.serve(folder / "server.log", port)
+        deployment.server = deployment.serve(port, folder / "server.log")
         yield deployment
     finally:
         if deployment.server is not None:
@@ -223,3 +252,8 @@ def browser_fixture() -> Iterator[Any]:
     driver.set_page_load_timeout(60)
     yield driver
     driver.quit()
+
+
+def waiting(client: HttpClient, task_id: str) -> dict[str, Any]:
+    """The task once it asks (`input_required`)."""
+    return client.wait(task_id, {"input_required"}, timeout=60)

@@ -16,7 +16,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -25,22 +24,19 @@ from mcp_celery.server.edge.tokens import new_token
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
 from tests.approval_support import (  # noqa: F401 - the fixtures
+    URL_ELICITATION,
     Deployment,
     alice_fixture,
     approval_worker_fixture,
     bob_page_fixture,
     deployment_fixture,
     signed_in,
+    waiting,
 )
 from tests.support import ROOT, HttpClient, Process
 
-URL_ELICITATION = {"elicitation": {"url": {}}}
 #: The server's default MCP_CELERY_APPROVAL_SIGN_IN_LIMIT.
 LIMIT = 10
-
-
-def waiting(client: HttpClient, task_id: str) -> dict[str, Any]:
-    return client.wait(task_id, {"input_required"}, timeout=60)
 
 
 def decided(client: HttpClient, task_id: str) -> str:
@@ -241,7 +237,7 @@ def test_x_forwarded_for_from_a_peer_that_is_no_trusted_proxy_is_ignored(
 ) -> None:
     port = free_port()
     server = deployment.serve(
-        tmp_path / "server.log", port, MCP_CELERY_TRUSTED_PROXIES=None, MCP_CELERY_APPROVAL_SIGN_IN_LIMIT="3"
+        port, tmp_path / "server.log", MCP_CELERY_TRUSTED_PROXIES=None, MCP_CELERY_APPROVAL_SIGN_IN_LIMIT="3"
     )
     try:
         statuses = []

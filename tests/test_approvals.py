@@ -26,22 +26,16 @@ from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
 from tests import approval_jobs
 from tests.approval_support import (  # noqa: F401 - the fixtures
+    URL_ELICITATION,
     Deployment,
     alice_fixture,
     approval_worker_fixture,
     bob_page_fixture,
     deployment_fixture,
     signed_in,
+    waiting,
 )
 from tests.support import HttpClient, Process
-
-URL_ELICITATION = {"elicitation": {"url": {}}}
-
-
-def waiting(client: HttpClient, task_id: str) -> dict[str, Any]:
-    return wait_for(
-        lambda: t if (t := client.get(task_id))["status"] == "input_required" else None, 60, 0.05, f"{task_id} asks"
-    )
 
 
 def ended(client: HttpClient, task_id: str) -> dict[str, Any]:
@@ -220,7 +214,7 @@ def test_fifty_pending_approvals_hold_no_worker_and_a_job_without_one_completes(
     deployment: Deployment, approval_worker: Process, alice: HttpClient, bob_page: PageClient, tmp_path: Path
 ) -> None:
     """The `*_alone` tools' queue has one worker, of one process; the module's worker serves another queue."""
-    single = deployment.worker(tmp_path / "worker.log", concurrency=1, queue=approval_jobs.ALONE)
+    single = deployment.worker(tmp_path / "worker.log", concurrency=1, queues=approval_jobs.ALONE)
     try:
         ids = [alice.start("hold_alone", {"n": 1000 + i}, **URL_ELICITATION) for i in range(50)]
         tasks = {task_id: waiting(alice, task_id) for task_id in ids}
@@ -379,7 +373,7 @@ def test_a_webhook_that_is_down_or_slow_still_lets_the_job_ask_and_be_decided(
     silent = socket.create_server(("127.0.0.1", 0))  # listens; never accepts, never answers
     port = free_port() if webhook == "down" else silent.getsockname()[1]
     url = f"http://127.0.0.1:{port}/hook"
-    single = deployment.worker(tmp_path / "worker.log", queue=approval_jobs.ALONE, MCP_CELERY_APPROVAL_WEBHOOK=url)
+    single = deployment.worker(tmp_path / "worker.log", queues=approval_jobs.ALONE, MCP_CELERY_APPROVAL_WEBHOOK=url)
     try:
         task_id = alice.start("hold_alone", {"n": 30}, **URL_ELICITATION)
         task = alice.wait(task_id, {"input_required"}, timeout=60)
@@ -395,7 +389,7 @@ def test_a_webhook_that_is_down_or_slow_still_lets_the_job_ask_and_be_decided(
 def test_without_a_public_url_on_the_worker_the_job_is_told_what_to_set(
     deployment: Deployment, alice: HttpClient, tmp_path: Path
 ) -> None:
-    single = deployment.worker(tmp_path / "worker.log", queue=approval_jobs.ALONE, MCP_CELERY_PUBLIC_URL=None)
+    single = deployment.worker(tmp_path / "worker.log", queues=approval_jobs.ALONE, MCP_CELERY_PUBLIC_URL=None)
     try:
         done = ended(alice, alice.start("hold_alone", {"n": 31}, **URL_ELICITATION))
         assert done["status"] == "completed" and done["result"]["isError"], done

@@ -6,4 +6,5 @@ sessions.py   signed-in sessions in Redis, ended with the credential that opened
 hosts.py      the Host and Origin check (DNS rebinding) in front of the whole HTTP app
 limits.py     request limits, the per-principal quota, error text without secrets
 refusals.py   the SDK's bare HTTP refusals, reworded so each says what to do
+handshake.py  what an initialize-era client declared, carried in its session id across stateless requests
 """

@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from mcp_celery import tracing
 from mcp_celery.core import approvals
-from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.binding import STORE_HEADER, AppBinding
 from mcp_celery.core.canvas import show_revoked
 from mcp_celery.core.status import (
     CANCELLED_BEFORE_START,
@@ -50,6 +50,7 @@ from mcp_celery.server.edge import limits
 from mcp_celery.server.engine import workflow
 from mcp_celery.server.engine.artifacts import Artifact, ArtifactReader
 from mcp_celery.server.engine.events import TaskEvents
+from mcp_celery.server.engine.gate import PolicyGate
 from mcp_celery.server.engine.publish import Publisher
 from mcp_celery.server.engine.reaper import Reaper
 from mcp_celery.server.ops import observe
@@ -81,6 +82,8 @@ class TaskService:
         self._publisher: Publisher | None = None
         self._state_secret: bytes | None = None
         self._artifacts: ArtifactReader | None = None
+        #: MCP_CELERY_APPROVAL_POLICY: the calls held for a person's approval before their job is queued.
+        self.gate = PolicyGate(self.settings, self.tools, binding.app)
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -188,16 +191,17 @@ class TaskService:
         the tasks whose message was lost before a job started (`mcp_celery.server.engine.reaper`).
         """
         while True:
-            await anyio.sleep(reaper.period_s)
+            await anyio.sleep(reaper.sweep_s)
             try:
                 await reaper.sweep()
             except (RedisError, OSError):
-                logger.warning("could not look for lost jobs; trying again in %.1f s", reaper.period_s, exc_info=True)
+                logger.warning("could not look for lost jobs; trying again in %.1f s", reaper.sweep_s, exc_info=True)
             except Exception:  # noqa: BLE001 - a surprise in one sweep must not stop the server
-                logger.exception("looking for lost jobs failed; trying again in %.1f s", reaper.period_s)
+                logger.exception("looking for lost jobs failed; trying again in %.1f s", reaper.sweep_s)
 
     def first_check_ms(self, created_ms: int) -> int | None:
-        """When a new task's message is first looked for if no job has started (None: never)."""
+        """When a new task is first looked at if no job has started: a refusal, then its message (None: outside
+        the server's lifespan, no reaper)."""
         return None if self._reaper is None else self._reaper.first_check_ms(created_ms)
 
     # ------------------------------------------------------------------ creating
@@ -217,7 +221,7 @@ class TaskService:
             task_id=new_task_id(),
             tool=spec.name,
             created_ms=now_ms(),
-            ttl_ms=self.binding.lifetimes.ttl_ms,
+            ttl_ms=self.gate.ttl_ms(spec.name, self.binding.lifetimes.ttl_ms),  # covers an approval's window
             poll_ms=self.settings.poll_interval_ms,
             capabilities=capabilities,
             owner=owner,
@@ -238,12 +242,17 @@ class TaskService:
         await limits.enforce_quota(self.store, record.owner, self.settings.max_live_tasks_per_principal)
         task_id = record.task_id
         indexed = self.settings.max_live_tasks_per_principal is not None
+        if (rule := self.gate.rule_for(spec.name)) is not None:  # the approval policy's: nothing queued yet
+            await self.gate.hold(self.store, spec, record, arguments, rule, index=indexed)
+            await self._confirm_created(spec, task_id)
+            observe.created(task_id, spec.name, record.owner)
+            return
         check_at_ms = self.first_check_ms(record.created_ms)
         publisher = self.publisher
-        # argsrepr names the tool in Flower (ToolSpec.argsrepr); the headers carry the request's trace context.
-        options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr}
-        if trace_headers := tracing.message_headers():
-            options["headers"] = trace_headers
+        # argsrepr names the tool in Flower (ToolSpec.argsrepr); the headers carry the store the task is in (a
+        # worker using another refuses the job, saying so: `mcp_celery.worker.execution`) and the trace context.
+        headers = {STORE_HEADER: self.binding.identity, **tracing.message_headers()}
+        options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr, "headers": headers}
         try:
             if not await publisher.native():
                 await self.store.create(record, index=indexed, check_at_ms=check_at_ms)
@@ -424,8 +433,11 @@ class TaskService:
 
         Watched as a new task's message is (the reaper looks for it `queue_check_s` later). The answers
         are stored already; should the broker refuse the message (or this server die before it is
-        sent), the reaper, with a Redis broker, finds no message and sends it again.
+        sent), the reaper, with a Redis broker, finds no message and sends it again. A call the approval
+        policy held is sent only if its decision lets it run (`PolicyGate.release`).
         """
+        if self.gate.holds(record) and not await self.gate.release(self.store, record, signature):
+            return
         await self.store.resumed(record.task_id, self.first_check_ms(now_ms()))
         app = self.binding.app
         try:
