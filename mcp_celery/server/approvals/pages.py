@@ -66,14 +66,21 @@ class ApprovalPages:
         self.verifier = verifier
         self.settings = service.settings
         self._keys: FormKeys | None = None
-        checks = verifier.checks() if verifier is not None else {}
-        self.sessions = SessionStore(service.store, checks, self.settings.approval_session_s)
+        self._sessions: SessionStore | None = None
 
     @property
     def keys(self) -> FormKeys:
         if self._keys is None:
             self._keys = FormKeys(self.service.state_secret)
         return self._keys
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The sessions, re-checked by the verifiers' checks (a sign-in of another kind adds its own)."""
+        if self._sessions is None:
+            checks = self.verifier.checks() if self.verifier is not None else {}
+            self._sessions = SessionStore(self.service.store, checks, self.settings.approval_session_s)
+        return self._sessions
 
     def _page(self, text: str, status: int = 200, cookies: tuple[str, ...] = ()) -> Response:
         response = HTMLResponse(text, status_code=status, headers=SECURITY_HEADERS)
