@@ -164,7 +164,9 @@ class Settings(BaseSettings):
     )
     metrics_token: SecretStr | None = Field(
         default=None,
-        description="When set, GET /metrics needs `Authorization: Bearer <this token>` (401 otherwise).",
+        description="When set, GET /metrics needs `Authorization: Bearer <this token>` (401 otherwise). Unset, "
+        "with MCP_CELERY_AUTH_TOKENS or MCP_CELERY_JWT_JWKS it needs a bearer token /mcp accepts; with neither "
+        "it is open, and the startup line says so.",
     )
     metrics_port: int | None = Field(
         default=None,
@@ -217,10 +219,22 @@ class Settings(BaseSettings):
         "tool call is refused.",
     )
     approval_session_s: int = Field(
-        default=8 * 3600, gt=0, description="How long a sign-in to the approval page lasts (its session cookie)."
+        default=8 * 3600,
+        gt=0,
+        description="How long a sign-in to the approval page lasts at most (the session, kept in Redis; a JWT's "
+        "`exp` ends it sooner, and signing out or revoking the token ends it at once).",
     )
     approval_sign_in_limit: int = Field(
-        default=10, gt=0, description="Failed sign-ins to the approval page per client address and minute (then 429)."
+        default=10,
+        gt=0,
+        description="Failed sign-ins to the approval page per client and minute (then 429); the client is the "
+        "address the request came from, or behind MCP_CELERY_TRUSTED_PROXIES the one they forward.",
+    )
+    trusted_proxies: str | None = Field(
+        default=None,
+        description="Comma-separated addresses or networks (CIDR) of the proxies in front of `serve --http` whose "
+        "X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's forwarded-allow-ips), e.g. "
+        "`10.0.0.0/8`; `*` believes any. Unset: none, and the client is the address a request came from.",
     )
     allowed_hosts: str | None = Field(
         default=None,

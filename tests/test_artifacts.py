@@ -333,3 +333,13 @@ def test_the_cli_saves_every_artifact_of_a_task(stack: Stack, tmp_path: Path) ->
     link = links(json.loads(saved.stdout))["matches.jsonl"]
     assert (tmp_path / "out" / "matches.jsonl").read_bytes() == stack.download(link).content
     assert len((tmp_path / "out" / "matches.jsonl").read_text().splitlines()) == 32
+
+
+def test_a_download_is_never_sniffed_nor_run_as_a_page_of_the_servers_origin(stack: Stack) -> None:
+    """The approval page shares the origin: a job's bytes must not run there, whatever type they claim."""
+    arguments = {"paths": "small.log", "pattern": PATTERN, "max_matches": 3}
+    link = links(stack.owner.wait(stack.owner.start("log_search", arguments), timeout=120))["matches.jsonl"]
+    for answer in (stack.download(link), stack.download(link, Range="bytes=0-9")):
+        assert answer.status_code in (200, 206), answer.text
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["content-security-policy"] == "sandbox"

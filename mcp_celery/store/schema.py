@@ -231,6 +231,10 @@ class Keys:
         """Counter of the approval page's sign-in attempts from one source (a digest), expiring with its window."""
         return f"{self.prefix}:sign-ins:{source}"
 
+    def session(self, digest: str) -> str:
+        """A signed-in session (JSON; `mcp_celery.server.edge.sessions`), under a digest of its id, expiring with it."""
+        return f"{self.prefix}:session:{digest}"
+
     def ended(self) -> str:
         """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""
         return f"{self.prefix}:ended"

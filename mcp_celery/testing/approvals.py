@@ -15,10 +15,13 @@ __all__ = ["PageClient", "approval_path", "csrf_of"]
 
 
 class PageClient:
-    """One person's session on the approval page of the server at `base` (`http://host:port`)."""
+    """One person's session on the approval page of the server at `base` (`http://host:port`).
 
-    def __init__(self, base: str) -> None:
-        self.http = httpx.Client(base_url=base, follow_redirects=False, timeout=30)
+    `headers` go with every request (`X-Forwarded-For`: a client behind a trusted proxy).
+    """
+
+    def __init__(self, base: str, headers: dict[str, str] | None = None) -> None:
+        self.http = httpx.Client(base_url=base, follow_redirects=False, timeout=30, headers=headers)
         self.cookies: dict[str, str] = {}
 
     def _keep(self, response: httpx.Response) -> httpx.Response:

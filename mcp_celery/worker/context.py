@@ -353,14 +353,14 @@ class JobContext:
         *,
         approvers: Sequence[str] | None = None,
         details: Mapping[str, Any] | None = None,
-        four_eyes: bool = False,
+        four_eyes: bool = True,
         timeout: float | None = None,
     ) -> approval.Approval:
         """Ask a named person to decide on the server's approval page (`mcp_celery.worker.approvals`).
 
-        `approvers`: principals who may decide (token file names, JWT subjects; None: anyone signed
-        in); `details`: a small JSON object shown on the page; `four_eyes`: the caller may not decide;
-        `timeout`: seconds to wait for the decision (default the `input_timeout_s` setting).
+        `approvers`: a list of principals who may decide (None: anyone signed in but the caller; a `str`
+        raises TypeError); `details`: a small JSON object shown on the page; `four_eyes`: the caller may
+        not decide (only an explicit False lets them); `timeout`: seconds to wait (default `input_timeout_s`).
 
         Raises:
             InputNotSupported: not started through MCP, called synchronously, or MCP_CELERY_PUBLIC_URL unset.

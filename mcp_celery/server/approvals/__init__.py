@@ -1,7 +1,8 @@
 """The approval page: where a named person decides what a job asked (`JobContext.approve`).
 
     pages.py     the routes under /approvals: sign-in, the list, one approval, Approve / Deny
-    session.py   the signed session cookie, CSRF tokens, the sign-in attempt counter's key
+    session.py   the session cookie, CSRF tokens, the sign-in attempt counter's key
+    forms.py     what the page reads of a request: cookies and forms, bounded and checked first
     html.py      the server-rendered pages and their one stylesheet
 
 A surface over the task service (`mcp_celery.server.engine.approvals`), like `tasks/` and `plain/`.
