@@ -21,12 +21,9 @@ file order: the same result as one process searching them all.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +35,7 @@ from jobs import app
 from jobs._logfiles import LogFile, LogSearchError, admit, expand, log_root
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Progress, Query, SearchResult, available_cpus, search_files, validated
+from jobs._logstream import MatchStream
 from mcp_celery.errors import ArtifactError
 
 __all__ = [
@@ -162,8 +160,7 @@ def log_search(
         extra: dict[str, Any] = {}
         if result.total_matches > len(result.matches):  # the cap was reached: every match goes in the artifact
             try:
-                every = replace(query, max_matches=result.total_matches)
-                extra["matches_in_artifact"] = _all_matches(ctx, root, files, every)
+                extra["matches_in_artifact"] = _all_matches(ctx, root, files, query)
             except ArtifactError as exc:  # e.g. over the task's quota in Redis: the inline part stands
                 extra["artifact_error"] = str(exc)
     except LogSearchError as exc:
@@ -172,22 +169,18 @@ def log_search(
 
 
 def _all_matches(ctx: mcp_celery.JobContext, root: Path, files: list[LogFile], query: Query) -> int:
-    """Search again keeping every match, write them to `matches.jsonl` (an artifact); how many it holds.
+    """Search again, streaming every match into `matches.jsonl` (an artifact); how many it holds.
 
     A second pass, run only once the inline cap was reached (the first pass stops keeping lines at
-    the cap, so that a count over huge logs reads them once): a file that grows in between can give
-    the artifact a few more lines than `total_matches`.
+    the cap, so that a count over huge logs reads them once). It holds no match: rg's output goes to
+    the store as it comes (`jobs._logstream`). A file that grows in between can give the artifact a
+    few more lines than `total_matches`.
     """
-    ctx.status("writing every match to matches.jsonl")
+    ctx.status(f"writing every match to {MATCHES_ARTIFACT}")
     tick = _Reporter(ctx, prefix=f"writing {MATCHES_ARTIFACT}: ")
-    every = search_files(root, files, query, tick=tick, workers=search_processes())
-    with tempfile.TemporaryDirectory(prefix="log-search-") as folder:
-        path = Path(folder) / "matches.jsonl"
-        with path.open("w", encoding="utf-8") as out:
-            for m in every.matches:
-                out.write(json.dumps({"file": m.file, "line_number": m.line_number, "line": m.line}) + "\n")
-        ctx.artifact(MATCHES_ARTIFACT, path=path, mime_type="application/jsonl")
-    return len(every.matches)
+    every = MatchStream(root, files, query, tick=tick, workers=search_processes())
+    ctx.artifact(MATCHES_ARTIFACT, data=every, mime_type="application/jsonl")
+    return every.lines
 
 
 def _query(criteria: dict[str, Any], max_matches: int) -> Query:

@@ -30,8 +30,8 @@ COMMANDS = (
     # artifacts in Redis (their lifetime follows the record's; ranged reads), parked answers (ANSWER
     # looks for open requests), the approval page's failed sign-ins
     "pttl", "hkeys", "getrange", "incr",
-    # a task's live output (ctx.output)
-    "append",
+    # a task's live output (ctx.output); an artifact streamed into Redis in pieces, then renamed whole
+    "append", "rename",
 )  # fmt: skip
 
 #: Added on a cluster: sharded events, and what the cluster client asks to learn the slots.

@@ -3,21 +3,33 @@
 Tier 1, a part of `SyncStore`. One script (`scripts.ARTIFACT_PUT`) checks the task's quota, stores
 the bytes (when Redis keeps them) and adds the artifact to the record, so a reader never finds an
 entry without its bytes; a task whose record has expired gets nothing written.
+
+Bytes that come as a stream (a file, or a job's generator) are appended to a staging key a piece at
+a time (`stage_artifact`), so that the worker holds one piece, not the artifact; the script then
+renames the staging key into place with the record's entry, in the same step as above.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 from redis.commands.core import Script
+from redis.exceptions import RedisError
 
-from mcp_celery.errors import ArtifactError
 from mcp_celery.store import scripts
-from mcp_celery.store.artifacts import ArtifactMeta
+from mcp_celery.store.artifacts import ArtifactMeta, over_quota
 from mcp_celery.store.connect import SyncRedis
 from mcp_celery.store.schema import ARTIFACT_PREFIX, Keys, as_text
 
 __all__ = ["ArtifactWrites"]
+
+#: How many bytes of a streamed artifact go to Redis in one round trip (pieces appended in a pipeline).
+PIECES_BYTES = 4 << 20
+#: A staging key outlives a worker that died while streaming by this much (each round trip renews it).
+STAGING_TTL_MS = 3_600_000
 
 
 class ArtifactWrites:
@@ -27,9 +39,12 @@ class ArtifactWrites:
     keys: Keys
     _artifact_put: Script | None = None
 
-    def put_artifact(self, task_id: str, meta: ArtifactMeta, data: bytes | None, quota: int | None) -> bool:
-        """Add `meta` to the task's record and, with `data`, keep the bytes in Redis (under `quota` bytes
-        of artifacts per task). False: the record is gone (the task expired): nothing was written.
+    def put_artifact(
+        self, task_id: str, meta: ArtifactMeta, data: bytes | None, quota: int | None, *, staged: bool = False
+    ) -> bool:
+        """Add `meta` to the task's record and, with `data` (or `staged`: the bytes `stage_artifact` wrote),
+        keep the bytes in Redis (under `quota` bytes of artifacts per task). False: the record is gone (the
+        task expired): nothing was written, and the staged bytes are deleted.
 
         Raises:
             ArtifactError: the task's artifacts in Redis would exceed `quota` bytes.
@@ -38,17 +53,54 @@ class ArtifactWrites:
             self._artifact_put = self.redis.register_script(scripts.ARTIFACT_PUT)
         keys = [self.keys.task(task_id)]
         args: list[Any] = [meta.name, meta.to_json(), meta.size, "" if quota is None else quota]
-        if data is not None:
+        if staged:
+            keys += [self.keys.artifact(task_id, meta.name), self.keys.artifact_staging(task_id, meta.name)]
+        elif data is not None:
             keys.append(self.keys.artifact(task_id, meta.name))
             args.append(data)
         stored, used = self._artifact_put(keys=keys, args=args)
         if int(stored) == 0:
-            raise ArtifactError(
-                f"artifact {meta.name!r} ({meta.size:,} bytes) would take the task's artifacts in Redis to "
-                f"{int(used) + meta.size:,} bytes, over MCP_CELERY_ARTIFACT_MAX_BYTES={quota:,}; raise it, or "
-                "keep artifacts in a file system or object store (MCP_CELERY_ARTIFACTS=file:///... or s3://...)"
-            )
+            assert quota is not None
+            raise over_quota(meta.name, int(used) + meta.size, quota)
         return int(stored) == 1
+
+    def stage_artifact(self, task_id: str, name: str, pieces: Iterable[bytes], quota: int) -> tuple[int, str]:
+        """Append `pieces` to the artifact's staging key as they come, a few MiB per round trip; their size
+        and SHA-256. `put_artifact(..., staged=True)` then moves them into place. Whatever stops it (over
+        `quota` bytes, Redis, or `pieces` raising) deletes the staging key.
+
+        Raises:
+            ArtifactError: the artifact alone is over `quota` bytes.
+        """
+        key = self.keys.artifact_staging(task_id, name)
+        digest, size = hashlib.sha256(), 0
+        batch: list[bytes] = []
+        batched = 0
+        try:
+            self.redis.delete(key)  # what an earlier run of this job left behind
+            for piece in pieces:
+                digest.update(piece)
+                size += len(piece)
+                if size > quota:
+                    raise over_quota(name, size, quota)
+                batch.append(piece)
+                batched += len(piece)
+                if batched >= PIECES_BYTES:
+                    self._append(key, batch)
+                    batch, batched = [], 0
+            self._append(key, batch)
+        except BaseException:
+            with contextlib.suppress(RedisError):  # Redis is what failed: the key expires (STAGING_TTL_MS)
+                self.redis.delete(key)
+            raise
+        return size, digest.hexdigest()
+
+    def _append(self, key: str, pieces: list[bytes]) -> None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            for piece in pieces:
+                pipe.append(key, piece)
+            pipe.pexpire(key, STAGING_TTL_MS)
+            pipe.execute()
 
     def expire_artifacts(self, task_id: str, *, output: bool = False) -> None:
         """Give the bytes of the task's artifacts in Redis, and with `output` its live output, the record's
