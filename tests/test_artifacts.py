@@ -437,7 +437,9 @@ def test_over_the_quota_a_search_keeps_its_count_and_says_why_it_has_no_artifact
     url, server = start_http_server(own, tmp_path / "server.log", app="jobs")
     client = HttpClient(url)
     try:
-        task = client.wait(client.start("log_search", {"paths": "big.log", "pattern": PATTERN, "max_matches": 10}), timeout=180)
+        task = client.wait(
+            client.start("log_search", {"paths": "big.log", "pattern": PATTERN, "max_matches": 10}), timeout=180
+        )
         small = finished(client, SMALL)
     finally:
         client.close()
@@ -537,14 +539,13 @@ def test_an_object_store_that_cannot_take_artifacts_stops_the_server_and_the_wor
     url = "s3://artifacts/ci" if refusing else "s3://no-such-bucket/ci"
     own = {**env, **s3.env, "MCP_CELERY_ARTIFACTS": url}
     try:
-        served = subprocess.run(
-            [*SERVE, "--port", str(free_port())],
-            env=own, cwd=ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        worker = Process(
+        worker = Process(  # starts beside the server: both must stop at start
             [sys.executable, "-m", "celery", "-A", "tests.sample_jobs", "worker", "-P", "solo", "--without-gossip"],
             own, tmp_path / "worker.log",
         )  # fmt: skip
+        served = subprocess.run(
+            [*SERVE, "--port", str(free_port())], env=own, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         worker.proc.wait(timeout=120)
     finally:
         if refusing:
