@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import queue
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,7 +29,7 @@ from mcp_celery.store.schema import ARTIFACT_PREFIX, Keys, as_text
 __all__ = ["ArtifactWrites"]
 
 #: How many bytes of a streamed artifact go to Redis in one round trip (pieces appended in a pipeline).
-PIECES_BYTES = 4 << 20
+PIECES_BYTES = 2 << 20
 #: A staging key outlives a worker that died while streaming by this much (each round trip renews it).
 STAGING_TTL_MS = 3_600_000
 
@@ -69,38 +71,35 @@ class ArtifactWrites:
         and SHA-256. `put_artifact(..., staged=True)` then moves them into place. Whatever stops it (over
         `quota` bytes, Redis, or `pieces` raising) deletes the staging key.
 
+        A thread of its own hashes and sends, so that making the next pieces (the caller's iterable, on
+        this thread) overlaps them; at most two batches wait for it.
+
         Raises:
             ArtifactError: the artifact alone is over `quota` bytes.
         """
         key = self.keys.artifact_staging(task_id, name)
-        digest, size = hashlib.sha256(), 0
+        self.redis.delete(key)  # what an earlier run of this job left behind
+        sender = _Sender(self.redis, key)
+        size = batched = 0
         batch: list[bytes] = []
-        batched = 0
         try:
-            self.redis.delete(key)  # what an earlier run of this job left behind
             for piece in pieces:
-                digest.update(piece)
                 size += len(piece)
                 if size > quota:
                     raise over_quota(name, size, quota)
                 batch.append(piece)
                 batched += len(piece)
                 if batched >= PIECES_BYTES:
-                    self._append(key, batch)
+                    sender.send(batch)
                     batch, batched = [], 0
-            self._append(key, batch)
+            sender.send(batch)
+            digest = sender.finish()
         except BaseException:
+            sender.abandon()
             with contextlib.suppress(RedisError):  # Redis is what failed: the key expires (STAGING_TTL_MS)
                 self.redis.delete(key)
             raise
-        return size, digest.hexdigest()
-
-    def _append(self, key: str, pieces: list[bytes]) -> None:
-        with self.redis.pipeline(transaction=False) as pipe:
-            for piece in pieces:
-                pipe.append(key, piece)
-            pipe.pexpire(key, STAGING_TTL_MS)
-            pipe.execute()
+        return size, digest
 
     def expire_artifacts(self, task_id: str, *, output: bool = False) -> None:
         """Give the bytes of the task's artifacts in Redis, and with `output` its live output, the record's
@@ -123,3 +122,61 @@ class ArtifactWrites:
                 else:
                     pipe.delete(key)
             pipe.execute()
+
+
+class _Sender:
+    """Hashes batches of pieces and appends them to a staging key, on a thread of its own."""
+
+    def __init__(self, client: SyncRedis, key: str) -> None:
+        self.client, self.key = client, key
+        self.digest = hashlib.sha256()
+        self.error: BaseException | None = None
+        self._batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=2)
+        self._thread = threading.Thread(target=self._run, name="artifact-sender", daemon=True)
+        self._thread.start()
+
+    def send(self, batch: list[bytes]) -> None:
+        """Queue `batch` (waits while two are queued).
+
+        Raises:
+            BaseException: what sending an earlier batch raised.
+        """
+        if self.error is not None:
+            raise self.error
+        if batch:
+            self._batches.put(batch)
+
+    def finish(self) -> str:
+        """Wait until every batch is sent; the SHA-256 (hex) of them all.
+
+        Raises:
+            BaseException: what sending a batch raised.
+        """
+        self._batches.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.digest.hexdigest()
+
+    def abandon(self) -> None:
+        """Stop sending (the caller failed): the queued batches are dropped, the thread ends."""
+        self.error = self.error or RuntimeError("abandoned")
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._batches.get_nowait()
+        self._batches.put(None)  # room enough: the queue was just emptied, and only this thread puts
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (batch := self._batches.get()) is not None:
+            if self.error is not None:
+                continue
+            try:
+                with self.client.pipeline(transaction=False) as pipe:
+                    for piece in batch:
+                        self.digest.update(piece)
+                        pipe.append(self.key, piece)
+                    pipe.pexpire(self.key, STAGING_TTL_MS)
+                    pipe.execute()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+                self.error = exc
