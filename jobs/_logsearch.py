@@ -155,16 +155,16 @@ def plan_batches(
     root: Path, files: list[LogFile], chunk_bytes: int, first_bytes: int | None = None
 ) -> list[list[Segment]]:
     """Segments in file order, grouped: a big file's chunks and each gzip file alone, small files together.
-    With `first_bytes`, a first file bigger than that has its first segment cut there."""
+    With `first_bytes`, the first batch holds about that much (a first file bigger than it is cut there)."""
     batches: list[list[Segment]] = []
     current: list[Segment] = []
-    current_bytes = 0
+    current_bytes, limit = 0, first_bytes or chunk_bytes
     for index, log in enumerate(files):
         for segment in _segments(root, index, log, chunk_bytes, first_bytes if index == 0 else None):
             size = segment.end - segment.start
-            if current and (log.gzip or current[-1].file.gzip or current_bytes + size > chunk_bytes):
+            if current and (log.gzip or current[-1].file.gzip or current_bytes + size > limit):
                 batches.append(current)
-                current, current_bytes = [], 0
+                current, current_bytes, limit = [], 0, chunk_bytes
             current.append(segment)
             current_bytes += size
     if current:

@@ -15,7 +15,7 @@ import pytest
 
 from jobs._logfiles import expand
 from jobs._logfilters import LineFilter
-from jobs._logsearch import Query, search
+from jobs._logsearch import Query, search, search_files
 from jobs._logstream import SEPARATOR, MatchStream, json_lines
 from tests.logdata import BLOCK_ERRORS, big_gzip, log_lines, rg_processes, write
 
@@ -110,6 +110,21 @@ def test_the_stream_counts_as_grep_does_on_a_file_cut_into_segments(tmp_path: Pa
     assert stream.lines == len(objects) == int(grep.stdout)
     last = max(n for n, line in enumerate(lines * 40, 1) if "ERROR" in line)
     assert objects[-1]["line_number"] == last
+
+
+def test_a_first_pass_that_stops_over_the_cap_holds_the_same_first_matches_and_reads_little(tmp_path: Path) -> None:
+    write(tmp_path / "big.log", log_lines(50_000, seed=4) * 8)  # 400,000 lines, ~30 MB
+    write(tmp_path / "more.log", log_lines(1000, seed=5))
+    files, _ = expand(tmp_path, "*.log")
+    full = search_files(tmp_path, files, Query("ERROR", max_matches=500))
+    stopped = search_files(tmp_path, files, Query("ERROR", max_matches=500), stop_over_cap=True)
+    assert [(m.file, m.line_number, m.line) for m in stopped.matches] == [
+        (m.file, m.line_number, m.line) for m in full.matches
+    ]
+    assert full.total_matches > stopped.total_matches > 500  # more than the cap: all it says
+    assert stopped.bytes_scanned < full.bytes_scanned / 4  # a small first batch held enough
+    few = search_files(tmp_path, files, Query("ERROR", max_matches=10**6), stop_over_cap=True)
+    assert few.total_matches == full.total_matches == len(few.matches)  # under the cap: the whole count
 
 
 def test_a_tick_that_raises_stops_the_stream_and_kills_rg(tmp_path: Path) -> None:
