@@ -21,6 +21,8 @@ UTF-8 replaced (U+FFFD), a line over MAX_LINE_CHARS cut by rg.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import select
@@ -34,7 +36,7 @@ from typing import IO
 
 from jobs._logfiles import LogFile
 from jobs._logsearch import TICK_S, Progress, Query, validated
-from jobs._ripgrep import Feeder, ProcessSet, Ripgrep, Segment
+from jobs._ripgrep import F_SETPIPE_SZ, PIPE_BYTES, Feeder, ProcessSet, Ripgrep, Segment
 
 __all__ = ["SEPARATOR", "MatchStream", "json_lines"]
 
@@ -100,6 +102,10 @@ class _FileSearch:
         )  # fmt: skip
         procs.add(self.proc)
         self.procs = procs
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        for pipe in (self.proc.stdin, self.proc.stdout):  # 1 MiB pipes: rg and this process wake less often
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
         self.feeder = Feeder(root, [Segment(index, log, 0, log.size)], b"", procs.stopped, progress)
         self.pump = threading.Thread(
             target=self.feeder.feed, args=(self.proc.stdin,), name="logstream-feed", daemon=True
