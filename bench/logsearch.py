@@ -224,11 +224,6 @@ def cpu_sample() -> tuple[float, int, int]:
     return time.monotonic(), busy, mine
 
 
-def cpu_seconds(before: tuple[float, int, int], after: tuple[float, int, int]) -> float:
-    """CPU seconds our processes (and their waited-for children) used between the two samples."""
-    return (after[2] - before[2]) / os.sysconf("SC_CLK_TCK")
-
-
 def foreign_share(before: tuple[float, int, int], after: tuple[float, int, int]) -> float:
     """Share of the machine's CPU capacity used by other processes between the two samples."""
     capacity = (after[0] - before[0]) * os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1)
@@ -242,8 +237,6 @@ class Row:
     about: str
     grep_s: list[float]
     ours_s: list[float]
-    grep_cpu: list[float]  # CPU seconds of grep, and of ours (rg, the worker, the server, Redis), per run
-    ours_cpu: list[float]
     grep_count: int
     counts: set[tuple[int, int]]  # (total_matches, matches_in_artifact) of each run
     artifact_lines: int
@@ -280,16 +273,13 @@ def measure(
     redis = stack.redis.client(1)  # the store follows Celery's results: database 1
     for kind, pattern, about in CASES:
         args = {"paths": path.name, "pattern": pattern, "regex": kind == "regex", "max_matches": 1000}
-        row = Row(kind, pattern, about, [], [], [], [], 0, set(), 0, 0, 0)
+        row = Row(kind, pattern, about, [], [], 0, set(), 0, 0, 0)
         for rep in range(reps):
-            cpu = cpu_sample()
             seconds, row.grep_count = run_grep(kind, pattern, path, path.with_name("grep.out"))
             row.grep_s.append(seconds)
-            row.grep_cpu.append(cpu_seconds(cpu, cpu := cpu_sample()))
             before = int(redis.info("memory")["used_memory"])
             seconds, task = caller.as_task(args)
             row.ours_s.append(seconds)
-            row.ours_cpu.append(cpu_seconds(cpu, cpu_sample()))
             result = task["result"]["structuredContent"]
             row.counts.add((result["total_matches"], result["matches_in_artifact"] or 0))
             if rep == 0:  # outside the timing: what the artifact holds, and what it costs Redis
@@ -312,16 +302,10 @@ def table(rows: list[Row], size: int) -> list[str]:
     def rate(times: list[float]) -> str:
         return f"{statistics.median(times):.3f} s ({size / statistics.median(times) / 1e9:.2f} GB/s)"
 
-    def cpu(r: Row) -> str:
-        ours, grep = statistics.median(r.ours_cpu), statistics.median(r.grep_cpu)
-        return f"{grep:.2f} s / {ours:.2f} s ({ours / grep:.1f}x)" if grep else "-"
-
-    head = (
-        "| pattern | matching lines | grep -n > out | ours, every match delivered | ratio | goal | CPU, grep / ours |"
-    )
-    return [head, "|---|---:|---:|---:|---:|---|---:|"] + [
+    head = "| pattern | matching lines | grep -n > out | ours, every match delivered | ratio | goal |"
+    return [head, "|---|---:|---:|---:|---:|---|"] + [
         f"| `{r.pattern}` ({r.kind}; {r.about}) | {r.grep_count:,} | {rate(r.grep_s)} | {rate(r.ours_s)} | "
-        f"{r.ratio:.2f}x | <= {GOAL}x: {r.verdict} | {cpu(r)} |"
+        f"{r.ratio:.2f}x | <= {GOAL}x: {r.verdict} |"
         for r in rows
     ]
 
@@ -422,9 +406,7 @@ def _report(
         *table(rows, size),
         "",
         "`matching lines` is grep's; `goal` also checks that every run's `total_matches` and `matches_in_artifact` "
-        "equalled it, and that the artifact, downloaded, has that many lines. `ratio` is ours over grep's median. "
-        "`CPU` adds up the CPU time of every process of each side (ours: rg, the worker, the server and Redis, "
-        "which stores the artifact): on shared cores the time follows it.",
+        "equalled it, and that the artifact, downloaded, has that many lines. `ratio` is ours over grep's median.",
         "",
         *memory_lines(rows, memory),
     ]

@@ -103,9 +103,8 @@ class _FileSearch:
         procs.add(self.proc)
         self.procs = procs
         assert self.proc.stdout is not None and self.proc.stdin is not None
-        for pipe in (self.proc.stdin, self.proc.stdout):  # 1 MiB pipes: rg and this process wake less often
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
+        with contextlib.suppress(OSError):  # a 1 MiB pipe into rg wakes it less (its output's stays small:
+            fcntl.fcntl(self.proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)  # blocks of it are what we hold)
         self.feeder = Feeder(root, [Segment(index, log, 0, log.size)], b"", procs.stopped, progress)
         self.pump = threading.Thread(
             target=self.feeder.feed, args=(self.proc.stdin,), name="logstream-feed", daemon=True
