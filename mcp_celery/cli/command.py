@@ -46,18 +46,20 @@ def serve(
     from mcp_celery.core.tools import registry
     from mcp_celery.redact import redact
     from mcp_celery.server.app import check_tool_names
+    from mcp_celery.store.artifact_files import check_store
     from mcp_celery.store.probe import probe
 
     if workdir is not None:
         use_workdir(workdir)
     # Fail early, with a clear message, before any worker process starts: the tools, the Redis URL,
-    # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
+    # Redis itself (reachable, TLS, credentials, version), and where artifacts go, each a line of its own.
     if http:
         _check_http_auth(settings, host, port, allow_unauthenticated)
     app = load_app(app_spec)
     check_tool_names(app, settings)
     binding = AppBinding.create(app, settings)
     probe(binding.redis)
+    check_store(settings.artifacts, binding.keys.prefix)
     tools = registry(app)
     if settings.approval_policy:
         _check_approval_policy(app, settings, http=http)

@@ -71,12 +71,9 @@ class ApprovalPages:
         self.verifier = verifier
         self.settings = service.settings
         self._keys: FormKeys | None = None
-        checks = verifier.checks() if verifier is not None else {}
+        self._sessions: SessionStore | None = None
         self.oidc = oidc
-        self.attempts = SignInAttempts(oidc, service.store) if oidc is not None else None
-        if oidc is not None:
-            checks[OIDC] = oidc.still_holds
-        self.sessions = SessionStore(service.store, checks, self.settings.approval_session_s)
+        self._attempts: SignInAttempts | None = None
         # The token form: with tokens or JWTs configured (unless turned off), or when nothing else signs in.
         self.token_form = (verifier is not None and self.settings.approval_token_sign_in) or oidc is None
 
@@ -85,6 +82,23 @@ class ApprovalPages:
         if self._keys is None:
             self._keys = FormKeys(self.service.state_secret)
         return self._keys
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The sessions, re-checked by the verifiers' checks (a sign-in of another kind adds its own)."""
+        if self._sessions is None:
+            checks = self.verifier.checks() if self.verifier is not None else {}
+            if self.oidc is not None:
+                checks[OIDC] = self.oidc.still_holds
+            self._sessions = SessionStore(self.service.store, checks, self.settings.approval_session_s)
+        return self._sessions
+
+    @property
+    def attempts(self) -> SignInAttempts | None:
+        """The OpenID Connect sign-ins under way (None: not configured), made on first use as the sessions are."""
+        if self._attempts is None and self.oidc is not None:
+            self._attempts = SignInAttempts(self.oidc, self.service.store)
+        return self._attempts
 
     def _page(self, text: str, status: int = 200, cookies: tuple[str, ...] = ()) -> Response:
         response = HTMLResponse(text, status_code=status, headers=SECURITY_HEADERS)
@@ -191,7 +205,8 @@ class ApprovalPages:
 
     async def oidc_start(self, request: Request, next_path: str | None = None) -> Response:
         """Send the person to the provider (a GET, so that the CSP's `form-action 'self'` never applies)."""
-        if self.attempts is None:
+        attempts = self.attempts
+        if attempts is None:
             return self._page(html.message_page("Not found", "OpenID Connect sign-in is not configured."), 404)
         # A start keeps an attempt in Redis for ATTEMPT_S: counted as a sign-in attempt (its callback's
         # success takes it back), so that one client cannot fill Redis with them.
@@ -199,7 +214,7 @@ class ApprovalPages:
             return self._page(html.message_page("Too many attempts", "Wait a minute before you try again."), 429)
         next_path = next_path or _on_the_page(request.query_params.get("next"))
         try:
-            url, cookie = await self.attempts.start(next_path, forms.cookie(request, BINDING_COOKIE))
+            url, cookie = await attempts.start(next_path, forms.cookie(request, BINDING_COOKIE))
         except SignInRefused as refused:
             return self._page(html.message_page("Sign-in unavailable", refused.shown), refused.status)
         response = RedirectResponse(url, status_code=303, headers=SECURITY_HEADERS)
@@ -216,14 +231,13 @@ class ApprovalPages:
 
     async def oidc_callback(self, request: Request) -> Response:
         """The provider's redirect back: finish the attempt, open a session, go on to the page asked for."""
-        if self.attempts is None:
+        attempts = self.attempts
+        if attempts is None:
             return self._page(html.message_page("Not found", "OpenID Connect sign-in is not configured."), 404)
         if await self._counted_over_limit(request):
             return self._page(html.message_page("Too many attempts", "Wait a minute before you try again."), 429)
         try:
-            identity, next_path = await self.attempts.finish(
-                request.query_params, forms.cookie(request, BINDING_COOKIE)
-            )
+            identity, next_path = await attempts.finish(request.query_params, forms.cookie(request, BINDING_COOKIE))
         except SignInRefused as refused:
             logger.warning("approval page: OpenID Connect sign-in refused (%d): %s", refused.status, refused)
             return self._page(html.message_page("Not signed in", refused.shown), refused.status)
@@ -250,7 +264,7 @@ class ApprovalPages:
         approval_id = request.path_params["approval_id"]
         session = await self._session(request)
         if session is None:
-            if self.attempts is not None and not self.token_form:  # the link goes straight to the provider
+            if self.oidc is not None and not self.token_form:  # the link goes straight to the provider
                 return await self.oidc_start(request, f"/approvals/{approval_id}")
             return await self._sign_in(request, f"/approvals/{approval_id}")
         state = await approvals.find(self.service, approval_id)
