@@ -198,7 +198,11 @@ class Settings(BaseSettings):
     jwt_audience: str | None = Field(
         default=None, description="Required `aud` of JWT bearer tokens. Default: the public URL of the server."
     )
-    jwt_principal_claim: str = Field(default="sub", description="JWT claim naming the principal that owns tasks.")
+    jwt_principal_claim: str = Field(
+        default="sub",
+        description="JWT claim naming the principal that owns tasks; also the ID token claim naming who signs in "
+        "on the approval page with OpenID Connect, so a name is one person on both paths.",
+    )
     public_url: str | None = Field(
         default=None,
         description="The server's URL as clients reach it (resource id in RFC 9728 metadata). "
@@ -235,6 +239,34 @@ class Settings(BaseSettings):
         description="Comma-separated addresses or networks (CIDR) of the proxies in front of `serve --http` whose "
         "X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's forwarded-allow-ips), e.g. "
         "`10.0.0.0/8`; `*` believes any. Unset: none, and the client is the address a request came from.",
+    )
+    approval_token_sign_in: bool = Field(
+        default=True,
+        description="Offer the token form on the approval page's sign-in when static tokens or JWTs are "
+        "configured. False: only 'Sign in with <provider>' (MCP_CELERY_OIDC_ISSUER), and an approval's link "
+        "goes straight to the provider.",
+    )
+
+    # ------------------------------------------------------------ the approval page's OpenID Connect sign-in
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="The OpenID Connect provider the approval page signs people in with (authorization code flow "
+        "with PKCE), found at ISSUER/.well-known/openid-configuration. https://, or http:// on a loopback host. "
+        "Unreachable at start: a warning, and the page says sign-in is unavailable until it answers.",
+    )
+    oidc_client_id: str | None = Field(
+        default=None, description="The approval page's client id at the provider; required with the issuer."
+    )
+    oidc_client_secret_file: str | None = Field(
+        default=None,
+        description="A file holding the client secret, read at start (the secret is never a setting itself, so it "
+        "is in no environment listing or log). Unset: a public client, PKCE only.",
+    )
+    oidc_scopes: str = Field(
+        default="openid email profile", description="Scopes asked of the provider, space-separated; openid first."
+    )
+    oidc_provider_name: str | None = Field(
+        default=None, description="The name on the button, 'Sign in with NAME'. Default: the issuer's host name."
     )
     allowed_hosts: str | None = Field(
         default=None,

@@ -9,10 +9,12 @@ browser would is `mcp_celery.testing.approvals`."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,7 +28,7 @@ from mcp_celery.server.edge.tokens import new_token
 from mcp_celery.testing.approvals import PageClient
 from mcp_celery.testing.processes import free_port, start_redis
 from tests import approval_jobs
-from tests.support import HttpClient, Process, http_answers, start_worker
+from tests.support import HttpClient, Process, http_answers, require_service, start_worker
 
 __all__ = [
     "APP",
@@ -35,6 +37,8 @@ __all__ = [
     "alice_fixture",
     "approval_worker_fixture",
     "bob_page_fixture",
+    "browser_fixture",
+    "deployed",
     "deployment_fixture",
     "URL_ELICITATION",
     "signed_in",
@@ -150,7 +154,14 @@ def _over(base: dict[str, str], changes: dict[str, str | None]) -> dict[str, str
 
 @pytest.fixture(scope="module", name="deployment")
 def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    folder = tmp_path_factory.mktemp("approvals")
+    with deployed(env, tmp_path_factory.mktemp("approvals")) as deployment:
+        yield deployment
+
+
+@contextmanager
+def deployed(env: dict[str, str], folder: Path, settings: dict[str, str] | None = None) -> Iterator[Deployment]:
+    """Redis, tokens, a JWT issuer, the webhook receiver and the HTTP server, with `settings` (MCP_CELERY_*
+    and the release job's) over the defaults; all stopped at the end."""
     redis_url, redis_proc = start_redis(folder / "redis.log")
     tokens = {person: new_token(person, folder / "tokens") for person in PEOPLE}
     webhook = Webhook()
@@ -158,7 +169,7 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     issuer = Issuer(folder)
     (folder / "policy.toml").write_text(POLICY)
     port = free_port()
-    deployed = Deployment(
+    deployment = Deployment(
         env={
             **env,  # in a store pass, MCP_CELERY_REDIS_URL: the ACL user, or the cluster
             "APPROVAL_BROKER_URL": f"{redis_url}/0",
@@ -174,6 +185,7 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
             "RELEASE_APPROVERS": "alice,bob",
             "RELEASE_WORK_DIR": str(folder / "work"),
             "RELEASE_PUBLISH_DIR": str(folder / "published"),
+            **(settings or {}),
         },
         folder=folder,
         tokens=tokens,
@@ -181,12 +193,15 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
         issuer=issuer,
         base=f"http://127.0.0.1:{port}",
     )
-    deployed.server = deployed.serve(port, folder / "server.log")
-    yield deployed
-    deployed.server.stop()
-    receiver.shutdown()
-    receiver.server_close()
-    redis_proc.stop()
+    try:
+        deployment.server = deployment.serve(port, folder / "server.log")
+        yield deployment
+    finally:
+        if deployment.server is not None:
+            deployment.server.stop()
+        receiver.shutdown()
+        receiver.server_close()
+        redis_proc.stop()
 
 
 @pytest.fixture(scope="module", name="approval_worker")
@@ -220,6 +235,23 @@ def signed_in(deployment: Deployment, credential: str, client: str | None = None
     answer = page.sign_in(credential)
     assert answer.status_code == 303, answer.text
     return page
+
+
+@pytest.fixture(name="browser")
+def browser_fixture() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by selenium through chromium-driver (.ci/run installs both)."""
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    require_service("chromium", f"{' and '.join(missing)} not installed" if missing else None)
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=820,1180"):
+        options.add_argument(argument)
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
 
 
 def waiting(client: HttpClient, task_id: str) -> dict[str, Any]:

@@ -11,8 +11,6 @@ the same page, its screenshot docs/images/approval-policy.png.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +18,19 @@ import pytest
 
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment, approval_worker_fixture, deployment_fixture  # noqa: F401 - fixtures
-from tests.support import ROOT, HttpClient, Process, require_service
+from tests.approval_support import (  # noqa: F401 - fixtures
+    Deployment,
+    approval_worker_fixture,
+    browser_fixture,
+    deployment_fixture,
+)
+from tests.support import ROOT, HttpClient, Process
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-page.png"
 POLICY_SCREENSHOT = ROOT / "docs" / "images" / "approval-policy.png"
 
 webdriver = pytest.importorskip("selenium.webdriver")
 By = pytest.importorskip("selenium.webdriver.common.by").By
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
-    require_service("chromium", f"{' and '.join(missing)} not installed" if missing else None)
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=820,1180"):
-        options.add_argument(argument)
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
 
 
 def sign_in(browser: Any, base: str, token: str) -> None:

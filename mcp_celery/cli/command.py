@@ -120,13 +120,15 @@ def _proxy_options(settings: Settings) -> dict[str, Any]:
 
 def _check_http_auth(settings: Settings, host: str, port: int, allow_unauthenticated: bool) -> None:
     """Raises ConfigurationError, in one line, when the server would be open to other machines without
-    authentication, or its token file or JWT settings cannot work (MCP_CELERY_JWT_JWKS without
-    MCP_CELERY_JWT_ISSUER, say): here, before the jobs are imported (their warnings) and before any
+    authentication, or its token file, JWT or OpenID Connect settings cannot work (MCP_CELERY_JWT_JWKS
+    without MCP_CELERY_JWT_ISSUER, say): here, before the jobs are imported (their warnings) and before any
     uvicorn worker process starts."""
+    from mcp_celery.server.approvals.oidc import oidc_config
     from mcp_celery.server.edge import auth
 
     auth.check_exposure(settings, host, allow_unauthenticated=allow_unauthenticated)
     auth.build_verifier(settings, auth.public_url(settings, host, port))
+    oidc_config(settings, auth.public_url(settings, host, port))  # the approval page's OpenID Connect sign-in
 
 
 def _check_approval_policy(app: Celery, settings: Settings, *, http: bool) -> None:
@@ -330,6 +332,11 @@ def parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
     demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
+    demo.add_argument(
+        "--oidc",
+        action="store_true",
+        help="also start a test OpenID Connect provider on localhost: bob signs in there to approve (step 6)",
+    )
     for name, text in CLIENT_COMMANDS.items():
         # Listed here; parsed by the client's own parser (`parser_for`), which this one does not import.
         client = commands.add_parser(name, help=text, add_help=False)
@@ -432,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             from mcp_celery.cli.demo import run_demo
 
-            sys.exit(run_demo(port=args.port, keep_serving=args.serve))
+            sys.exit(run_demo(port=args.port, keep_serving=args.serve, oidc=args.oidc))
     except McpCeleryError as exc:  # a configuration or tool definition that cannot work: one line says why
         _refuse(exc)
 

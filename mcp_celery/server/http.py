@@ -31,7 +31,7 @@ from starlette.types import ASGIApp
 
 from mcp_celery.core.celery_app import load_app
 from mcp_celery.server.app import serving
-from mcp_celery.server.approvals import approval_app
+from mcp_celery.server.approvals import approval_app, oidc_client
 from mcp_celery.server.downloads import Downloads
 from mcp_celery.server.edge import auth, handshake
 from mcp_celery.server.edge.hosts import HostCheck
@@ -95,8 +95,10 @@ def http_app(app_spec: str, host: str, port: int, settings: Settings | None = No
     mcp: ASGIApp = RewordedRefusals(ProgressRouter(json_app, streaming_app, settings.max_request_bytes), settings)
     if verifier is not None:
         mcp = auth.CountedRefusals(mcp)
-    # The approval page (`/approvals`) signs people in with the same verifier; its lifespan is the MCP app's.
-    mcp = PathRouter({"/approvals": approval_app(service, verifier)}, mcp)
+    # The approval page (`/approvals`) signs people in with the same verifier, and with the OpenID Connect
+    # provider when one is configured; its lifespan is the MCP app's.
+    oidc = oidc_client(settings, auth.public_url(settings, host, port))
+    mcp = PathRouter({"/approvals": approval_app(service, verifier, oidc)}, mcp)
     # DNS rebinding: Host and Origin are checked for /mcp, /approvals and /artifacts alike.
     mcp = HostCheck(mcp, settings)
     # The probes and /metrics answer before the Host check and the MCP app's authentication.

@@ -33,6 +33,8 @@ COMMANDS = (
     "pttl", "hkeys", "getrange", "incrby", "decrby",
     # a task's live output (ctx.output); an artifact streamed into Redis in pieces, then renamed whole
     "append", "rename",
+    # the approval page's OpenID Connect sign-in attempts, each taken once
+    "getdel",
 )  # fmt: skip
 
 #: Added on a cluster: sharded events, and what the cluster client asks to learn the slots.

@@ -390,6 +390,15 @@ class AsyncStore:
     async def end_session(self, digest: str) -> None:
         await self.redis.delete(self.keys.session(digest))
 
+    async def keep_sign_in_attempt(self, state_digest: str, attempt: bytes, ttl_s: int) -> None:
+        """Keep an OpenID Connect sign-in attempt until the person comes back from the provider, or `ttl_s`."""
+        await self.redis.set(self.keys.sign_in_attempt(state_digest), attempt, ex=ttl_s)
+
+    async def take_sign_in_attempt(self, state_digest: str) -> bytes | None:
+        """The attempt kept under `state_digest`, removed in the same command: a second take gets None."""
+        found = await self.redis.getdel(self.keys.sign_in_attempt(state_digest))
+        return found.encode() if isinstance(found, str) else found
+
     async def delete(self, task_id: str) -> None:
         await self.redis.delete(self.keys.task(task_id), self.keys.output(task_id))
 

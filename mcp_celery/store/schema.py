@@ -239,6 +239,14 @@ class Keys:
         """A signed-in session (JSON; `mcp_celery.server.edge.sessions`), under a digest of its id, expiring with it."""
         return f"{self.prefix}:session:{digest}"
 
+    def sign_in_attempt(self, state_digest: str) -> str:
+        """An OpenID Connect sign-in on its way through the provider (JSON), under a digest of its `state`.
+
+        Written when the page sends a person to the provider, taken (GETDEL: once) when they come back;
+        expires on its own if they never do.
+        """
+        return f"{self.prefix}:sign-in-attempt:{state_digest}"
+
     def ended(self) -> str:
         """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""
         return f"{self.prefix}:ended"
