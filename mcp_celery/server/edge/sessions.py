@@ -3,8 +3,11 @@
 Server tier, edge floor (who calls). A browser that signed in (the approval page) holds a random
 session id in a cookie; Redis holds the session under a digest of that id (so a reader of Redis
 learns no id to present), expiring with it. The session names its principal and the credential that
-opened it by kind and reference, never the credential itself (`Credential`: a static token by its
-file digest, a JWT by its subject and `exp`). Every use checks again, through the check registered
+opened it by kind and reference, never a bearer credential itself (`Credential`: a static token by
+its file digest, a JWT by its subject and `exp`). The one exception is an OpenID Connect session,
+whose reference is its ID token: an identity assertion for this client that grants no access
+anywhere, kept so that sign-out can name it to the provider (`id_token_hint`, which Okta requires),
+and gone with the session. Every use checks again, through the check registered
 for that kind, that the credential still holds: a token removed from the tokens file (`mcp-celery
 token revoke`, or an edit) ends its sessions at their next request, and a session never outlives
 the credential's own expiry. Signing out deletes the session here, not only the browser's cookie.
