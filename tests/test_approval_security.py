@@ -236,8 +236,14 @@ def test_x_forwarded_for_from_a_peer_that_is_no_trusted_proxy_is_ignored(
     deployment: Deployment, tmp_path: Path
 ) -> None:
     port = free_port()
+    # A key prefix of its own: the peer's attempt count is 127.0.0.1's, which other tests of the module
+    # also count in a window of their own start; shared, its end could fall inside this test's five.
     server = deployment.serve(
-        port, tmp_path / "server.log", MCP_CELERY_TRUSTED_PROXIES=None, MCP_CELERY_APPROVAL_SIGN_IN_LIMIT="3"
+        port,
+        tmp_path / "server.log",
+        MCP_CELERY_TRUSTED_PROXIES=None,
+        MCP_CELERY_APPROVAL_SIGN_IN_LIMIT="3",
+        MCP_CELERY_KEY_PREFIX=f"mcp-celery:xff-{port}",
     )
     try:
         statuses = []
