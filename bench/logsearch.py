@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from bench.procs import BENCH, MY_SESSIONS, start, start_http_server
-from bench.redis_tools import BenchRedis
+from bench.redis_tools import BenchRedis, artifact_keys
 from bench.rpc import parse, request
 from jobs._logsearch import available_cpus
 from mcp_celery.testing.processes import Process, free_port
@@ -288,7 +288,7 @@ def measure(
                 row.artifact_bytes = next(
                     c["size"] for c in task["result"]["content"] if c.get("name") == "matches.jsonl"
                 )
-            redis.delete(f"mcp-celery:task:{{{task['taskId']}}}:artifact:matches.jsonl")
+            redis.delete(*artifact_keys(redis, task["taskId"], "matches.jsonl"))
         if not rows:
             memory.after_1k = pool_peak_rss(worker)
         note(f"{kind:8} {pattern!r}: {row.grep_count:,} lines, grep -n {statistics.median(row.grep_s):.3f} s, "
