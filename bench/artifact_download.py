@@ -53,6 +53,7 @@ from bench import rpc
 from bench.procs import BENCH, PY, CpuProbe, start, start_ours_server, start_worker, wait_worker
 from bench.redis_tools import BenchRedis, artifact_keys
 from bench.results import Machine
+from mcp_celery.store.schema import Keys
 from mcp_celery.testing.processes import Process, free_port, wait_for
 
 NAME = "blob.bin"
@@ -231,7 +232,8 @@ def measure_store(rds: BenchRedis, store: str, mb: int, rounds: int, tmp: Path) 
         task_id = make_artifact(mcp_url, mb)
         url = mcp_url.removesuffix("/mcp") + f"/artifacts/{task_id}/{NAME}"
         reference = copy_whole(rds, task_id) if store == "redis" else ""
-        source = f"{rds.port} {reference}" if store == "redis" else str(files / task_id / NAME)
+        # An fsspec store keeps a task's files under the deployment's folder, named after its key prefix.
+        source = f"{rds.port} {reference}" if store == "redis" else str(files / Keys().prefix / task_id / NAME)
         sides = Sides(store, url, source, tmp, size)
         names = [OURS_CURL, OURS_PYTHON, REFERENCE]
         if store == "file":
