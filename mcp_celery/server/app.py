@@ -23,7 +23,14 @@ from mcp_celery.core.binding import AppBinding
 from mcp_celery.core.task_options import settle
 from mcp_celery.core.tools import registry
 from mcp_celery.errors import ToolDefinitionError
-from mcp_celery.protocol import TASKS_EXTENSION, TaskIdParams, UpdateTaskParams
+from mcp_celery.protocol import (
+    IDEMPOTENCY_EXTENSION,
+    IDEMPOTENCY_KEY_HEADER,
+    IDEMPOTENCY_KEY_META,
+    TASKS_EXTENSION,
+    TaskIdParams,
+    UpdateTaskParams,
+)
 from mcp_celery.server import resources
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine.service import TaskService
@@ -93,6 +100,8 @@ def serving(
     server.middleware.insert(0, _trace_context_of_http_headers)
     _add_handlers(server, service)
     server.extensions[TASKS_EXTENSION] = {}
+    # A client may send a tools/call again with the same key when its reply is lost (`engine.repeats`).
+    server.extensions[IDEMPOTENCY_EXTENSION] = {"header": IDEMPOTENCY_KEY_HEADER, "meta": IDEMPOTENCY_KEY_META}
     return server, service
 
 

@@ -62,6 +62,8 @@ class AsyncStore:
         self._freeze = client.register_script(scripts.publishing(scripts.FREEZE, publish))
         self._cancel = client.register_script(scripts.publishing(scripts.CANCEL, publish))
         self._output_read = client.register_script(scripts.OUTPUT_READ)
+        self._claim_call = client.register_script(scripts.CLAIM_CALL)
+        self._release_call = client.register_script(scripts.RELEASE_CALL)
         self._pipelined = AsyncPipelined(client, [self._answer, self._cancel])
 
     async def create(
@@ -93,6 +95,17 @@ class AsyncStore:
             for name, args in then:
                 getattr(pipe, name)(*args)
             await pipe.execute()
+
+    async def claim_call(self, key: str, claim: str, lifetime_ms: int, replacing: str = "") -> str | None:
+        """Hold `key` (an idempotency key's or a dedupe window's) with `claim` for `lifetime_ms`, unless another
+        claim holds it: None when this one does now, else the claim held. `replacing`: a claim found stale,
+        replaced as if absent (`scripts.CLAIM_CALL`)."""
+        held = await self._claim_call(keys=[key], args=[claim, lifetime_ms, replacing])
+        return None if held is None else as_text(held)
+
+    async def release_call(self, key: str, claim: str) -> None:
+        """Drop `claim` from `key` while it holds it (its task could not be created)."""
+        await self._release_call(keys=[key], args=[claim])
 
     async def owned(self, owner: str) -> list[tuple[str, TaskRecord | None]]:
         """Every task in the owner's set with its record: two round trips in all."""

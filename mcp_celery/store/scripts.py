@@ -21,6 +21,7 @@ __all__ = [
     "ARTIFACT_PUT",
     "BEAT",
     "CANCEL",
+    "CLAIM_CALL",
     "FREEZE",
     "JOB_END",
     "JOB_START",
@@ -31,6 +32,7 @@ __all__ = [
     "PARK",
     "POST_INPUTS",
     "PROGRESS",
+    "RELEASE_CALL",
     "TAKEN",
     "publishing",
 ]
@@ -374,4 +376,25 @@ return 1
 # could cut the output and count the cut in between). Returns {dropped or false, output or false}.
 OUTPUT_READ = f"""
 return {{redis.call('HGET', KEYS[1], '{FIELD.OUTPUT_DROPPED}'), redis.call('GET', KEYS[2])}}
+"""
+
+
+# KEYS[1] a call's claim: an idempotency key's or a dedupe window's (`Keys.idempotency_key`, `Keys.recent_call`).
+# ARGV[1] this call's claim (JSON: its task, its call's digest, when), ARGV[2] the claim's lifetime (ms),
+# ARGV[3] a claim the caller found stale and may replace (its task gone, or ended for a window), or ''.
+# Claims the call for this request unless another one holds it: one key, read and written in one step,
+# so of any number of calls racing with one key exactly one creates a task and the others find it.
+# Returns false when claimed, else the claim held (the caller reads its task).
+CLAIM_CALL = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[3] then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+
+# KEYS[1] a call's claim. ARGV[1] the claim to drop: the caller's, whose task could not be created.
+# Dropped only while it still holds ARGV[1] (another call may have replaced it since). Returns 1 when dropped.
+RELEASE_CALL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """

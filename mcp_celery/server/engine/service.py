@@ -52,6 +52,7 @@ from mcp_celery.server.engine.artifacts import Artifact, ArtifactReader
 from mcp_celery.server.engine.events import TaskEvents
 from mcp_celery.server.engine.publish import Publisher
 from mcp_celery.server.engine.reaper import Reaper
+from mcp_celery.server.engine.repeats import Repeats
 from mcp_celery.server.ops import observe
 from mcp_celery.server.ops.deployment_metrics import DeploymentCollector, DeploymentFigures
 from mcp_celery.server.ops.diagnostics import report_on_signal
@@ -81,6 +82,7 @@ class TaskService:
         self._publisher: Publisher | None = None
         self._state_secret: bytes | None = None
         self._artifacts: ArtifactReader | None = None
+        self._repeats: Repeats | None = None
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -177,7 +179,7 @@ class TaskService:
             self._publisher = None
         if self._store is not None:
             await self._store.aclose()
-            self._store = self._artifacts = None
+            self._store = self._artifacts = self._repeats = None
 
     async def _reap_lost_jobs(self, reaper: Reaper) -> None:
         """Turn the tasks whose heartbeat ran out `failed` (or re-queue them), and so tell their listeners.
@@ -264,6 +266,16 @@ class TaskService:
             raise MCPError(INTERNAL_ERROR, f"could not queue the job: {limits.describe(exc, self.settings)}") from exc
         await self._confirm_created(spec, task_id)
         observe.created(task_id, spec.name, record.owner)
+
+    async def create_unless_repeated(
+        self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any], idempotency_key: str | None
+    ) -> Found | None:
+        """`create`, unless the call repeats an earlier one of its principal (its idempotency key, or its tool's
+        dedupe window: `mcp_celery.server.engine.repeats`): None when `record` was created, else the earlier
+        call's task (nothing written or queued). Raises `MCPError`s as `create`, and -32602 for a key reused."""
+        if self._repeats is None:
+            self._repeats = Repeats(self.store, self.find, self.binding.lifetimes.live_s * 1000, self.settings.dedupe_s)
+        return await self._repeats.create_unless_repeated(self.create, spec, record, arguments, idempotency_key)
 
     async def _confirm_created(self, spec: ToolSpec, task_id: str) -> None:
         """Hand the id out only once enough replicas have the task; else cancel it (nothing runs) and say so."""

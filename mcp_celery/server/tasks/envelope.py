@@ -20,6 +20,8 @@ from mcp_celery.protocol import (
     CAPABILITY_FOR_METHOD,
     CLIENT_CAPABILITIES_META,
     HEADER_MISMATCH,
+    IDEMPOTENCY_KEY_HEADER,
+    IDEMPOTENCY_KEY_META,
     INVALID_PARAMS,
     MISSING_CAPABILITY_MESSAGE,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -34,6 +36,7 @@ __all__ = [
     "RequestContext",
     "check_task_name",
     "client_capabilities",
+    "idempotency_key",
     "input_responses",
     "missing_capability",
     "principal",
@@ -80,6 +83,33 @@ def input_responses(params: Any) -> dict[str, Any]:
         else value
         for key, value in (getattr(params, "input_responses", None) or {}).items()
     }
+
+
+def idempotency_key(ctx: RequestContext, max_length: int) -> str | None:
+    """The `tools/call`'s idempotency key: `_meta["mcp-celery/idempotencyKey"]`, or over HTTP the
+    `Idempotency-Key` header (a bare value, or the IETF draft's quoted string); None without one.
+
+    Raises:
+        MCPError: -32602 for a key that is not a string, is empty or longer than `max_length`, or for a
+            header and a `_meta` key that differ.
+    """
+    meta: Mapping[str, Any] = ctx.meta or {}  # type: ignore[assignment]
+    in_meta = meta.get(IDEMPOTENCY_KEY_META)
+    headers = getattr(ctx.request, "headers", None)
+    in_header = None if headers is None else _unquoted(headers.get(IDEMPOTENCY_KEY_HEADER))
+    if in_meta is not None and in_header is not None and in_meta != in_header:
+        raise MCPError(INVALID_PARAMS, f"the {IDEMPOTENCY_KEY_HEADER} header and _meta name two different keys")
+    key = in_meta if in_meta is not None else in_header
+    if key is not None and not (isinstance(key, str) and 0 < len(key) <= max_length):
+        raise MCPError(INVALID_PARAMS, f"an idempotency key is a string of 1 to {max_length} characters")
+    return key
+
+
+def _unquoted(value: str | None) -> str | None:
+    """A header's value, its quotes taken off if it is a structured-field string (`"abc"`)."""
+    if value is not None and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return value
 
 
 def check_task_name(ctx: RequestContext, task_id: str) -> None:
