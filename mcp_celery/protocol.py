@@ -58,9 +58,6 @@ __all__ = [
     "TASKS_EXTENSION",
     "TASKS_NOTIFICATION",
     "TASK_HANDLE_META",
-    "IDEMPOTENCY_EXTENSION",
-    "IDEMPOTENCY_KEY_HEADER",
-    "IDEMPOTENCY_KEY_META",
     "TASK_HANDLE_SCHEMA",
     "TASK_MODES",
     "TASK_NOT_FOUND_MESSAGE",
@@ -128,15 +125,6 @@ TASK_MODES: tuple[TaskMode, ...] = ("optional", "required", "forbidden")
 
 #: Where a plain `CallToolResult` that answers with a running task carries its handle, for programs.
 TASK_HANDLE_META = "mcp-celery/task"
-
-#: A `tools/call`'s idempotency key in `params._meta` (any transport): a retry with the same key gets the
-#: first call's task. Over HTTP it may come as the `IDEMPOTENCY_KEY_HEADER` instead.
-IDEMPOTENCY_KEY_META = "mcp-celery/idempotencyKey"
-#: The same key as an HTTP header, the name of the IETF draft "The Idempotency-Key HTTP Header Field".
-IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
-#: The server capability (an extension) that says it honours idempotency keys: a client may then send a
-#: `tools/call` again with the same key when the reply is lost, and the job runs once.
-IDEMPOTENCY_EXTENSION = "mcp-celery/idempotency"
 #: The `structuredContent` of such a result, for a tool with an output schema (see `with_task_handle`).
 TASK_HANDLE_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",

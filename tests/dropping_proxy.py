@@ -1,7 +1,8 @@
 """A TCP proxy on loopback that loses the reply to a `tools/call`: the lost reply of issue 47, made on purpose.
 
-It forwards every byte between a client and an HTTP server, except that after it has forwarded a
-request that names `tools/call` (the `Mcp-Method` header or the JSON body), it waits until the server
+It forwards every HTTP request from a client to an HTTP server (whole, one at a time) and every byte
+back, except that after it has forwarded a request that names `tools/call` (the `Mcp-Method` header or
+the JSON body), it waits until the server
 answers (its first reply byte, or `drop_now()` from the test while the server still waits on a job)
 and then closes both connections without passing the reply on: the server has done the work, the
 client has no answer. `drops` says how many replies it loses before it forwards faithfully.
@@ -36,6 +37,7 @@ class DroppingProxy:
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._drop_now: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dropping-proxy", daemon=True)
 
@@ -45,7 +47,7 @@ class DroppingProxy:
             raise RuntimeError("the proxy did not start")
 
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop.call_soon_threadsafe(lambda: self._stopping.set() if self._stopping else None)
         self._thread.join(10)
 
     def drop_now(self) -> None:
@@ -58,14 +60,20 @@ class DroppingProxy:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._drop_now = asyncio.Event()
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self._loop.run_until_complete(self._main())
+        self._loop.close()
+
+    async def _main(self) -> None:
+        self._drop_now, self._stopping = asyncio.Event(), asyncio.Event()
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = server.sockets[0].getsockname()[1]
         self._started.set()
-        self._loop.run_forever()
+        await self._stopping.wait()
         server.close()
-        self._loop.run_until_complete(server.wait_closed())
-        self._loop.close()
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
@@ -83,15 +91,21 @@ class DroppingProxy:
             writer.close()
 
     async def _upstream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, armed: asyncio.Event) -> None:
-        while data := await reader.read(CHUNK):
-            if any(mark in data for mark in TOOLS_CALL_MARKS):
+        """Forward the client's requests one whole HTTP request at a time (clients send a Content-Length)."""
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+                body = await reader.readexactly(_content_length(head))
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                return
+            if any(mark in head + body for mark in TOOLS_CALL_MARKS):
                 self.calls_seen += 1
                 if self.drops_left > 0:  # armed before it is forwarded: no reply can slip through first
                     self.drops_left -= 1
                     assert self._drop_now is not None
                     self._drop_now.clear()
                     armed.set()
-            writer.write(data)
+            writer.write(head + body)
             await writer.drain()
 
     async def _downstream(
@@ -118,6 +132,14 @@ class DroppingProxy:
                 read = asyncio.ensure_future(reader.read(CHUNK))
         finally:
             read.cancel()
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip())
+    return 0
 
 
 @contextmanager

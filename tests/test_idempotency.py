@@ -21,8 +21,9 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from mcp_celery import idempotency
 from mcp_celery.logs import key_digest
-from mcp_celery.protocol import IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_META, client_capabilities
+from mcp_celery.protocol import client_capabilities
 from mcp_celery.server.edge import tokens
 from tests.support import HttpClient, Process, free_port, http_answers, wait_for
 
@@ -85,8 +86,8 @@ def call(
     tasks: bool = True,
 ) -> dict[str, Any]:
     """A tools/call's whole reply; `key` goes in the `Idempotency-Key` header or in `_meta` (`via`)."""
-    headers = {IDEMPOTENCY_KEY_HEADER: key} if key is not None and via == "header" else None
-    meta = {IDEMPOTENCY_KEY_META: key} if key is not None and via == "meta" else None
+    headers = {idempotency.HEADER: key} if key is not None and via == "header" else None
+    meta = {idempotency.META: key} if key is not None and via == "meta" else None
     caps = client_capabilities(declare=tasks)
     return client.call(
         "tools/call", {"name": tool, "arguments": arguments}, capabilities=caps, headers=headers, meta=meta
@@ -190,11 +191,11 @@ def test_a_malformed_key_is_refused(alice: HttpClient) -> None:
     two = alice.call(
         "tools/call",
         {"name": "echo", "arguments": {"text": "x"}},
-        headers={IDEMPOTENCY_KEY_HEADER: "one"},
-        meta={IDEMPOTENCY_KEY_META: "two"},
+        headers={idempotency.HEADER: "one"},
+        meta={idempotency.META: "two"},
     )
     assert two["error"]["code"] == -32602 and "two different keys" in two["error"]["message"], two
-    not_text = alice.call("tools/call", {"name": "echo", "arguments": {"text": "x"}}, meta={IDEMPOTENCY_KEY_META: 7})
+    not_text = alice.call("tools/call", {"name": "echo", "arguments": {"text": "x"}}, meta={idempotency.META: 7})
     assert not_text["error"]["code"] == -32602, not_text
 
 
@@ -207,9 +208,9 @@ def test_the_drafts_quoted_header_names_the_same_key_as_a_bare_one(alice: HttpCl
 
 def test_the_server_says_it_honours_keys(alice: HttpClient) -> None:
     discover = alice.result("server/discover", {})
-    assert discover["capabilities"]["extensions"][IDEMPOTENCY_EXTENSION] == {
-        "header": IDEMPOTENCY_KEY_HEADER,
-        "meta": IDEMPOTENCY_KEY_META,
+    assert discover["capabilities"]["extensions"][idempotency.SERVER_EXTENSION] == {
+        "header": idempotency.HEADER,
+        "meta": idempotency.META,
     }
 
 

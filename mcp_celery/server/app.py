@@ -18,19 +18,12 @@ from mcp import types
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import Server
 
-from mcp_celery import __version__, tracing
+from mcp_celery import __version__, idempotency, tracing
 from mcp_celery.core.binding import AppBinding
 from mcp_celery.core.task_options import settle
 from mcp_celery.core.tools import registry
 from mcp_celery.errors import ToolDefinitionError
-from mcp_celery.protocol import (
-    IDEMPOTENCY_EXTENSION,
-    IDEMPOTENCY_KEY_HEADER,
-    IDEMPOTENCY_KEY_META,
-    TASKS_EXTENSION,
-    TaskIdParams,
-    UpdateTaskParams,
-)
+from mcp_celery.protocol import TASKS_EXTENSION, TaskIdParams, UpdateTaskParams
 from mcp_celery.server import resources
 from mcp_celery.server.edge import limits
 from mcp_celery.server.engine.service import TaskService
@@ -101,7 +94,7 @@ def serving(
     _add_handlers(server, service)
     server.extensions[TASKS_EXTENSION] = {}
     # A client may send a tools/call again with the same key when its reply is lost (`engine.repeats`).
-    server.extensions[IDEMPOTENCY_EXTENSION] = {"header": IDEMPOTENCY_KEY_HEADER, "meta": IDEMPOTENCY_KEY_META}
+    server.extensions[idempotency.SERVER_EXTENSION] = {"header": idempotency.HEADER, "meta": idempotency.META}
     return server, service
 
 

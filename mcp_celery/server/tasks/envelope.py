@@ -16,12 +16,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_celery import idempotency
 from mcp_celery.protocol import (
     CAPABILITY_FOR_METHOD,
     CLIENT_CAPABILITIES_META,
     HEADER_MISMATCH,
-    IDEMPOTENCY_KEY_HEADER,
-    IDEMPOTENCY_KEY_META,
     INVALID_PARAMS,
     MISSING_CAPABILITY_MESSAGE,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -94,22 +93,16 @@ def idempotency_key(ctx: RequestContext, max_length: int) -> str | None:
             header and a `_meta` key that differ.
     """
     meta: Mapping[str, Any] = ctx.meta or {}  # type: ignore[assignment]
-    in_meta = meta.get(IDEMPOTENCY_KEY_META)
+    in_meta = meta.get(idempotency.META)
     headers = getattr(ctx.request, "headers", None)
-    in_header = None if headers is None else _unquoted(headers.get(IDEMPOTENCY_KEY_HEADER))
+    header = None if headers is None else headers.get(idempotency.HEADER)
+    in_header = None if header is None else idempotency.header_value(header)
     if in_meta is not None and in_header is not None and in_meta != in_header:
-        raise MCPError(INVALID_PARAMS, f"the {IDEMPOTENCY_KEY_HEADER} header and _meta name two different keys")
+        raise MCPError(INVALID_PARAMS, f"the {idempotency.HEADER} header and _meta name two different keys")
     key = in_meta if in_meta is not None else in_header
     if key is not None and not (isinstance(key, str) and 0 < len(key) <= max_length):
         raise MCPError(INVALID_PARAMS, f"an idempotency key is a string of 1 to {max_length} characters")
     return key
-
-
-def _unquoted(value: str | None) -> str | None:
-    """A header's value, its quotes taken off if it is a structured-field string (`"abc"`)."""
-    if value is not None and len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-    return value
 
 
 def check_task_name(ctx: RequestContext, task_id: str) -> None:
