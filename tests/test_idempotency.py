@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,14 +23,18 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcp_celery import idempotency
+from mcp_celery.core.calls import call_digest
 from mcp_celery.logs import key_digest
 from mcp_celery.protocol import client_capabilities
 from mcp_celery.server.edge import tokens
+from mcp_celery.store.schema import Keys
 from tests.support import HttpClient, Process, free_port, http_answers, wait_for
 
 pytestmark = pytest.mark.store  # the claims are store keys: CI's ACL and Cluster passes run this file too
 
 METRICS_TOKEN = "idempotency-scrape-5d1e"
+#: Each principal's live tasks (the tests below hold at most two at a time, but one).
+QUOTA = 3
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,12 @@ def server(
     env: dict[str, str], worker: Process, logs: Path, principals: tuple[Path, dict[str, str]]
 ) -> Iterator[tuple[str, Path]]:
     """The module's server: its URL and its log (JSON lines at INFO)."""
-    own = {**env, "MCP_CELERY_AUTH_TOKENS": str(principals[0]), "MCP_CELERY_METRICS_TOKEN": METRICS_TOKEN}
+    own = {
+        **env,
+        "MCP_CELERY_AUTH_TOKENS": str(principals[0]),
+        "MCP_CELERY_METRICS_TOKEN": METRICS_TOKEN,
+        "MCP_CELERY_MAX_LIVE_TASKS_PER_PRINCIPAL": str(QUOTA),
+    }
     log = logs / "idempotency-server.log"
     port = free_port()
     args = [sys.executable, "-m", "mcp_celery", "--log-level", "INFO", "--log-format", "json", "serve"]
@@ -183,6 +193,35 @@ def test_the_same_key_from_another_principal_gets_a_task_of_its_own(
     assert runs(store_redis, counter) == 2
     # Each principal's key stays its own: neither can read the other's task.
     assert "error" in bob.call("tasks/get", {"taskId": theirs["taskId"]})
+
+
+def test_a_call_refused_with_its_key_leaves_the_key_free_for_the_retry(
+    bob: HttpClient, store_redis: redis.Redis
+) -> None:
+    hold, counter, key = marker(), marker(), str(uuid.uuid4())
+    held = [created(call(bob, "count_run", {"counter": marker(), "hold": hold})) for _ in range(QUOTA)]
+    refused = call(bob, "count_run", {"counter": counter}, key=key)
+    assert "too many live tasks" in refused["error"]["message"], refused
+    assert not store_redis.exists(Keys().idempotency_key("bob", key))  # its claim given back at once
+    release(store_redis, hold)
+    for task in held:
+        assert bob.wait(task["taskId"], timeout=30)["status"] == "completed"
+    retried = created(call(bob, "count_run", {"counter": counter}, key=key))  # not held by the refused call
+    assert bob.wait(retried["taskId"], timeout=30)["status"] == "completed"
+    assert runs(store_redis, counter) == 1
+
+
+def test_a_claim_whose_task_never_got_written_is_taken_over(alice: HttpClient, store_redis: redis.Redis) -> None:
+    """A server that died between the claim and the record leaves the claim behind: the retry creates the task."""
+    counter, key = marker(), str(uuid.uuid4())
+    digest = call_digest("count_run", {"counter": counter, "hold": ""})  # the arguments as validated: defaults too
+    stale = {"task": "never-written", "call": digest, "at": int(time.time() * 1000) - 60_000}
+    store_redis.set(Keys().idempotency_key("alice", key), json.dumps(stale), px=600_000)
+    task = created(call(alice, "count_run", {"counter": counter}, key=key))
+    assert task["taskId"] != "never-written"
+    assert alice.wait(task["taskId"], timeout=30)["status"] == "completed"
+    assert created(call(alice, "count_run", {"counter": counter}, key=key))["taskId"] == task["taskId"]
+    assert runs(store_redis, counter) == 1
 
 
 def test_a_malformed_key_is_refused(alice: HttpClient) -> None:
