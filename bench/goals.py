@@ -191,6 +191,22 @@ def fallback_cost(r: Results) -> Goal:
     return Goal(d, abs(x.ratio - 1) <= 0.10, figure, x.ratio, 1.10, x.ratio / 1.10)
 
 
+def idempotency_cost(r: Results) -> Goal:
+    """Issue 47: a tools/call with an idempotency key costs at most 1.1x one without (p50, same run).
+
+    The key's claim is one more Redis round trip (a one-key script) before the task's record is written."""
+    d = "idempotency key: tools/call p50 with a key at most 1.1× without"
+    f = r.idempotency
+    if f is None:
+        return _not_measured(d)
+    x, c = f.keyed, f.control
+    figure = (
+        f"{x.big_p50_ms:.3f} vs {x.small_p50_ms:.3f} ms = {x.ratio:.3f}× (95% CI {x.ci_low:.3f}–{x.ci_high:.3f}×), "
+        f"{f.rounds} rounds × {f.slice_s:g} s; control (no key / no key) {c.ratio:.3f}×"
+    )
+    return Goal(d, x.ratio <= 1.10, figure, x.big_p50_ms, x.small_p50_ms, x.ratio)
+
+
 GOALS: tuple[Callable[[Results], Goal], ...] = (
     call_latency,
     get_latency,
@@ -204,6 +220,7 @@ GOALS: tuple[Callable[[Results], Goal], ...] = (
     cancel_running,
     metrics_cost,
     fallback_cost,
+    idempotency_cost,
 )
 
 

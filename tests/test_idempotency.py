@@ -33,7 +33,7 @@ from tests.support import HttpClient, Process, free_port, http_answers, wait_for
 pytestmark = pytest.mark.store  # the claims are store keys: CI's ACL and Cluster passes run this file too
 
 METRICS_TOKEN = "idempotency-scrape-5d1e"
-#: Each principal's live tasks (the tests below hold at most two at a time, but one).
+#: Each principal's live tasks on the `quota_url` server.
 QUOTA = 3
 
 
@@ -43,24 +43,36 @@ def principals(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     return path, {name: tokens.new_token(name, path) for name in ("alice", "bob")}
 
 
+def start_server(env: dict[str, str], log: Path) -> tuple[str, Process]:
+    """`mcp-celery serve --http` of the sample jobs with INFO logs as JSON lines, once it answers."""
+    port = free_port()
+    args = [sys.executable, "-m", "mcp_celery", "--log-level", "INFO", "--log-format", "json", "serve"]
+    process = Process([*args, "-A", "tests.sample_jobs", "--http", "--port", str(port)], env, log)
+    url = f"http://127.0.0.1:{port}/mcp"
+    process.wait_ready(lambda: http_answers(url), 60, "the server to answer")
+    return url, process
+
+
 @pytest.fixture(scope="module")
 def server(
     env: dict[str, str], worker: Process, logs: Path, principals: tuple[Path, dict[str, str]]
 ) -> Iterator[tuple[str, Path]]:
-    """The module's server: its URL and its log (JSON lines at INFO)."""
-    own = {
-        **env,
-        "MCP_CELERY_AUTH_TOKENS": str(principals[0]),
-        "MCP_CELERY_METRICS_TOKEN": METRICS_TOKEN,
-        "MCP_CELERY_MAX_LIVE_TASKS_PER_PRINCIPAL": str(QUOTA),
-    }
+    """The module's server: its URL and its log. No quota: a key's claim rides in the record's round trip."""
+    own = {**env, "MCP_CELERY_AUTH_TOKENS": str(principals[0]), "MCP_CELERY_METRICS_TOKEN": METRICS_TOKEN}
     log = logs / "idempotency-server.log"
-    port = free_port()
-    args = [sys.executable, "-m", "mcp_celery", "--log-level", "INFO", "--log-format", "json", "serve"]
-    process = Process([*args, "-A", "tests.sample_jobs", "--http", "--port", str(port)], own, log)
-    url = f"http://127.0.0.1:{port}/mcp"
-    process.wait_ready(lambda: http_answers(url), 60, "the server to answer")
+    url, process = start_server(own, log)
     yield url, log
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def quota_url(
+    env: dict[str, str], worker: Process, logs: Path, principals: tuple[Path, dict[str, str]]
+) -> Iterator[str]:
+    """A server counting each principal's live tasks (QUOTA): there a claim is taken before the count."""
+    own = {**env, "MCP_CELERY_AUTH_TOKENS": str(principals[0]), "MCP_CELERY_MAX_LIVE_TASKS_PER_PRINCIPAL": str(QUOTA)}
+    url, process = start_server(own, logs / "idempotency-quota-server.log")
+    yield url
     process.stop()
 
 
@@ -195,20 +207,30 @@ def test_the_same_key_from_another_principal_gets_a_task_of_its_own(
     assert "error" in bob.call("tasks/get", {"taskId": theirs["taskId"]})
 
 
-def test_a_call_refused_with_its_key_leaves_the_key_free_for_the_retry(
-    bob: HttpClient, store_redis: redis.Redis
+def test_under_a_quota_a_repeat_is_not_refused_and_a_refused_call_leaves_its_key_free(
+    quota_url: str, principals: tuple[Path, dict[str, str]], store_redis: redis.Redis
 ) -> None:
-    hold, counter, key = marker(), marker(), str(uuid.uuid4())
-    held = [created(call(bob, "count_run", {"counter": marker(), "hold": hold})) for _ in range(QUOTA)]
-    refused = call(bob, "count_run", {"counter": counter}, key=key)
-    assert "too many live tasks" in refused["error"]["message"], refused
-    assert not store_redis.exists(Keys().idempotency_key("bob", key))  # its claim given back at once
-    release(store_redis, hold)
-    for task in held:
-        assert bob.wait(task["taskId"], timeout=30)["status"] == "completed"
-    retried = created(call(bob, "count_run", {"counter": counter}, key=key))  # not held by the refused call
-    assert bob.wait(retried["taskId"], timeout=30)["status"] == "completed"
-    assert runs(store_redis, counter) == 1
+    bob = HttpClient(quota_url, principals[1]["bob"])
+    try:
+        hold, counter, key, first_key = marker(), marker(), str(uuid.uuid4()), str(uuid.uuid4())
+        first = created(call(bob, "count_run", {"counter": counter, "hold": hold}, key=first_key))
+        held = [first] + [
+            created(call(bob, "count_run", {"counter": marker(), "hold": hold})) for _ in range(QUOTA - 1)
+        ]
+        # At the quota: the repeat of a call gets its task (its first call is what fills the quota) ...
+        assert created(call(bob, "count_run", {"counter": counter, "hold": hold}, key=first_key)) == first
+        # ... and a new call is refused, its claim given back at once.
+        refused = call(bob, "count_run", {"counter": counter}, key=key)
+        assert "too many live tasks" in refused["error"]["message"], refused
+        assert not store_redis.exists(Keys().idempotency_key("bob", key))
+        release(store_redis, hold)
+        for task in held:
+            assert bob.wait(task["taskId"], timeout=30)["status"] == "completed"
+        retried = created(call(bob, "count_run", {"counter": counter}, key=key))  # not held by the refused call
+        assert bob.wait(retried["taskId"], timeout=30)["status"] == "completed"
+        assert runs(store_redis, counter) == 2  # the first call's run, and the retried call's
+    finally:
+        bob.close()
 
 
 def test_a_claim_whose_task_never_got_written_is_taken_over(alice: HttpClient, store_redis: redis.Redis) -> None:

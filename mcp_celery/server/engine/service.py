@@ -56,7 +56,7 @@ from mcp_celery.server.engine.repeats import Repeats
 from mcp_celery.server.ops import observe
 from mcp_celery.server.ops.deployment_metrics import DeploymentCollector, DeploymentFigures
 from mcp_celery.server.ops.diagnostics import report_on_signal
-from mcp_celery.store.aio import AsyncStore, NotReplicated
+from mcp_celery.store.aio import AsyncStore, CallClaim, NotReplicated
 from mcp_celery.store.artifacts import ArtifactMeta, fsspec_store
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.output import render as render_output
@@ -228,10 +228,13 @@ class TaskService:
             first_answers=first_answers or {},
         )
 
-    async def create(self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]) -> None:
+    async def create(
+        self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any], *, claim: CallClaim | None = None
+    ) -> str | None:
         """Write the record, then queue the job: both done before this returns, so the task is durable
         (a `tasks/get` succeeds) before its id is handed out; with MCP_CELERY_REDIS_MIN_REPLICAS, on
-        that many replicas too.
+        that many replicas too. `claim`: a call's claim (`engine.repeats`) taken in the record's round
+        trip; when another call holds it, nothing is written or queued, and its claim is returned.
 
         Raises:
             MCPError: over the owner's live-task quota (nothing written), the job could not be queued, or
@@ -246,16 +249,19 @@ class TaskService:
         options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr}
         if trace_headers := tracing.message_headers():
             options["headers"] = trace_headers
+        write = partial(self.store.create, record, index=indexed, check_at_ms=check_at_ms, claim=claim)
         try:
             if not await publisher.native():
-                await self.store.create(record, index=indexed, check_at_ms=check_at_ms)
+                if held := await write():
+                    return held
                 await publisher.publish_on_thread(spec.celery_task, **options)
             else:
                 # Built before anything is written: a message that cannot be built leaves nothing behind.
                 commands = publisher.build(spec.celery_task, **options)
                 # One round trip when the broker is the records' Redis database: record first, then message.
                 then = commands if publisher.shares_store else ()
-                await self.store.create(record, index=indexed, check_at_ms=check_at_ms, then=then)
+                if held := await write(then=then):
+                    return held
                 if not publisher.shares_store:
                     await publisher.send(commands)
         except Exception as exc:
@@ -266,6 +272,7 @@ class TaskService:
             raise MCPError(INTERNAL_ERROR, f"could not queue the job: {limits.describe(exc, self.settings)}") from exc
         await self._confirm_created(spec, task_id)
         observe.created(task_id, spec.name, record.owner)
+        return None
 
     async def create_unless_repeated(
         self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any], idempotency_key: str | None
@@ -274,7 +281,7 @@ class TaskService:
         dedupe window: `mcp_celery.server.engine.repeats`): None when `record` was created, else the earlier
         call's task (nothing written or queued). Raises `MCPError`s as `create`, and -32602 for a key reused."""
         if self._repeats is None:
-            self._repeats = Repeats(self.store, self.find, self.binding.lifetimes.live_s * 1000, self.settings.dedupe_s)
+            self._repeats = Repeats(self.store, self.find, self.binding.lifetimes.live_s * 1000, self.settings)
         return await self._repeats.create_unless_repeated(self.create, spec, record, arguments, idempotency_key)
 
     async def _confirm_created(self, spec: ToolSpec, task_id: str) -> None:
