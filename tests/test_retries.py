@@ -24,7 +24,8 @@ import anyio
 import httpx2
 import pytest
 import redis
-from mcp_types import TextContent
+from mcp.client import ClientRequestContext
+from mcp_types import ElicitRequestParams, ElicitResult, TextContent
 
 from mcp_celery import idempotency
 from mcp_celery.client import Journal, ServerTarget, TasksExtension, connect
@@ -34,6 +35,7 @@ from tests.dropping_proxy import DroppingProxy, dropping_proxy
 from tests.support import ROOT, HttpClient, Process, wait_for
 
 FAST = Retries(attempts=3, backoff_s=0.05)
+ACCEPTED = {"action": "accept", "content": {"confirm": True}}
 
 
 @pytest.fixture
@@ -80,6 +82,35 @@ def test_the_library_sends_the_call_again_gets_the_same_task_and_the_job_runs_on
     assert runs(store_redis, name) == 1
     entry = journal.entries()[0]
     assert entry.status == "completed" and entry.idempotency_key  # the key the call was sent with
+
+
+def test_the_journal_keeps_the_key_every_round_of_the_call_was_sent_with(
+    http_url: str, worker: Process, tmp_path: Path
+) -> None:
+    """A tool that asks first (an MRTR round before the task exists): the call's key is its own, not an answer's."""
+    journal = Journal(tmp_path / "tasks.db")
+    target = ServerTarget(url=http_url)
+    extension = TasksExtension(journal=journal, target=target)
+    arguments = {"bucket": "b", "count": 3}
+
+    async def elicit(ctx: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content={"confirm": True})
+
+    async def body() -> str:
+        async with connect(target, extension, elicitation_callback=elicit) as client:
+            return (await extension.start(client, "delete_files", arguments)).task_id
+
+    task_id = anyio.run(body)
+    key = journal.get(task_id).idempotency_key
+    assert key is not None and key != "confirm"
+    host = HttpClient(http_url)
+    try:  # the same call, answers included, with the journaled key: the same task
+        params = {"name": "delete_files", "arguments": arguments, "inputResponses": {"confirm": ACCEPTED}}
+        again = host.result("tools/call", params, capabilities=client_capabilities(elicitation={}),
+                            headers={idempotency.HEADER: key})  # fmt: skip
+    finally:
+        host.close()
+    assert again["taskId"] == task_id
 
 
 def test_an_sdk_call_tool_gets_a_key_and_is_sent_again_too(proxy: DroppingProxy, store_redis: redis.Redis) -> None:

@@ -202,8 +202,8 @@ async def start_task(
         NotATaskError: the server answered inline; the result is on the error.
     """
     session = client.session
-    key = idempotency.new_key()
-    meta: Any = {idempotency.META: key}
+    call_key = idempotency.new_key()  # one for every round of this call (the answers' keys are others)
+    meta: Any = {idempotency.META: call_key}
     raw = await session.call_tool(tool, arguments, meta=meta, allow_input_required=True, allow_claimed=True)
     for _ in range(_MAX_INPUT_ROUNDS):
         if not isinstance(raw, InputRequiredResult):
@@ -223,7 +223,7 @@ async def start_task(
     if not isinstance(raw, CreateTaskResult):
         raise TaskInputError(f"{tool}: no task after {_MAX_INPUT_ROUNDS} input rounds")
     if state.journal is not None and state.target is not None:
-        state.journal.record(raw.task_id, state.target, tool, arguments, raw.status, idempotency_key=key)
+        state.journal.record(raw.task_id, state.target, tool, arguments, raw.status, idempotency_key=call_key)
     handle = TaskHandle(session, state, raw.task_id, tool)
     handle.last = DetailedTask.model_validate(raw.model_dump(by_alias=True, exclude={"result_type"}))
     return handle

@@ -105,20 +105,21 @@ class AsyncStore:
         key = self.keys.task(record.task_id)
 
         def build(pipe: Any) -> None:
-            if check_at_ms is not None:
+            if claim is None:
+                pipe.hset(key, mapping=dict(record.to_hash()))
+                pipe.expire(key, self.lifetimes.live_s)
+            if check_at_ms is not None:  # with a claim held by another call: an entry dropped when looked at
                 pipe.zadd(self.keys.live(), {record.task_id: check_at_ms})
             if index:
                 owned = self.keys.owner_tasks(record.owner)
                 pipe.zadd(owned, {record.task_id: record.created_ms})
                 pipe.expire(owned, self.lifetimes.live_s)
-            if claim is not None:  # an entry in `live` or the owner's set without a record is dropped when read
+            if claim is not None:  # the record, then the message, as below, but only if this call takes the claim
                 fields = _pairs(record.to_hash())
                 message = [part for name, args in then for part in (name, len(args), *args)]
                 claimed = [*claim[1:], self.lifetimes.live_s, len(fields) // 2, *fields, *message]
                 queue_script(pipe, self._claimed_create.scripts[0], [claim.key, key], claimed)
                 return
-            pipe.hset(key, mapping=dict(record.to_hash()))
-            pipe.expire(key, self.lifetimes.live_s)
             for name, args in then:
                 getattr(pipe, name)(*args)
 
