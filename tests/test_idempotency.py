@@ -1,7 +1,8 @@
 """Repeated tool calls (issue 47): idempotency keys and dedupe windows, end to end.
 
 A server of this module's own (static tokens for two principals, INFO logs as JSON, metrics on) over
-the suite's prefork worker and Redis. The jobs (`tests.sample_jobs.count_run*`) count each run in a
+the suite's prefork worker and Redis. The tests of the claims themselves, which are store keys, are
+marked `store`: CI's ACL and Cluster passes run them too. The jobs (`tests.sample_jobs.count_run*`) count each run in a
 marker, the side effect a repeated call must not repeat; with `hold` they run until the test sets
 that marker, so that a second call surely comes while the first call's task is unfinished.
 """
@@ -29,8 +30,6 @@ from mcp_celery.protocol import client_capabilities
 from mcp_celery.server.edge import tokens
 from mcp_celery.store.schema import Keys
 from tests.support import HttpClient, Process, free_port, http_answers, wait_for
-
-pytestmark = pytest.mark.store  # the claims are store keys: CI's ACL and Cluster passes run this file too
 
 METRICS_TOKEN = "idempotency-scrape-5d1e"
 #: Each principal's live tasks on the `quota_url` server.
@@ -128,6 +127,7 @@ def release(store_redis: redis.Redis, hold: str) -> None:
 # ---------------------------------------------------------------- idempotency keys
 
 
+@pytest.mark.store
 @pytest.mark.parametrize("via", ["header", "meta"])
 def test_a_key_sent_twice_gets_the_first_calls_task_and_the_job_runs_once(
     alice: HttpClient, store_redis: redis.Redis, via: str
@@ -145,6 +145,7 @@ def test_a_key_sent_twice_gets_the_first_calls_task_and_the_job_runs_once(
     assert runs(store_redis, counter) == 1
 
 
+@pytest.mark.store
 def test_five_concurrent_calls_with_one_key_make_one_task(
     server: tuple[str, Path], principals: tuple[Path, dict[str, str]], store_redis: redis.Redis
 ) -> None:
@@ -176,6 +177,7 @@ def test_five_concurrent_calls_with_one_key_make_one_task(
     assert runs(store_redis, counter) == 1
 
 
+@pytest.mark.store
 def test_a_key_with_other_arguments_is_refused_naming_it_and_nothing_runs(
     alice: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -193,6 +195,7 @@ def test_a_key_with_other_arguments_is_refused_naming_it_and_nothing_runs(
     assert runs(store_redis, counter) == 1 and runs(store_redis, other) == 0
 
 
+@pytest.mark.store
 def test_the_same_key_from_another_principal_gets_a_task_of_its_own(
     alice: HttpClient, bob: HttpClient, store_redis: redis.Redis
 ) -> None:
@@ -207,6 +210,7 @@ def test_the_same_key_from_another_principal_gets_a_task_of_its_own(
     assert "error" in bob.call("tasks/get", {"taskId": theirs["taskId"]})
 
 
+@pytest.mark.store
 def test_under_a_quota_a_repeat_is_not_refused_and_a_refused_call_leaves_its_key_free(
     quota_url: str, principals: tuple[Path, dict[str, str]], store_redis: redis.Redis
 ) -> None:
@@ -233,6 +237,7 @@ def test_under_a_quota_a_repeat_is_not_refused_and_a_refused_call_leaves_its_key
         bob.close()
 
 
+@pytest.mark.store
 def test_a_claim_whose_task_never_got_written_is_taken_over(alice: HttpClient, store_redis: redis.Redis) -> None:
     """A server that died between the claim and the record leaves the claim behind: the retry creates the task."""
     counter, key = marker(), str(uuid.uuid4())
@@ -295,6 +300,7 @@ def test_a_workflow_called_twice_with_one_key_runs_its_members_once(
 # ---------------------------------------------------------------- dedupe windows (no key)
 
 
+@pytest.mark.store
 def test_within_the_dedupe_window_an_identical_call_gets_the_running_task(
     alice: HttpClient, bob: HttpClient, store_redis: redis.Redis
 ) -> None:
