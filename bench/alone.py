@@ -52,8 +52,8 @@ def run_alone(
     lines = [
         f"# {title} (`{prog}`)",
         "",
-        f"One run, {when}, {time.monotonic() - started:.0f} s, {os.cpu_count()} cores; also a phase of every "
-        "full `python -m bench`.",
+        f"One run, {when}, {time.monotonic() - started:.0f} s, {os.cpu_count()} cores (load average "
+        f"{os.getloadavg()[0]:.1f} as it ended: the machine is shared); also a phase of every full `python -m bench`.",
         *section(results),
         "",
         f"Goal: {judged.description}: **{judged.status}**, {judged.figure}.",
