@@ -241,13 +241,16 @@ class FlakyServer:
         return httpx2.Response(outcome, json={"jsonrpc": "2.0", "id": 1, "result": {}})
 
 
-def post(server: FlakyServer, body: dict[str, Any], *, honoured: bool = True, retries: Retries = FAST) -> int:
-    """POST `body` as the SDK sends a request (Mcp-Method header) through a `RetryingTransport`; the status."""
+def post(
+    server: FlakyServer, body: dict[str, Any], *, honoured: bool = True, retries: Retries = FAST, modern: bool = True
+) -> int:
+    """POST `body` as the SDK sends a request (`modern`: with the Mcp-Method header) through a `RetryingTransport`;
+    the status."""
 
     async def send() -> int:
         transport = RetryingTransport(httpx2.MockTransport(server), retries, lambda: honoured)
         async with httpx2.AsyncClient(transport=transport) as http:
-            headers = {"mcp-method": str(body["method"])}
+            headers = {"mcp-method": str(body["method"])} if modern else {}
             return (await http.post("http://mcp.test/mcp", json=body, headers=headers)).status_code
 
     return anyio.run(send)
@@ -265,8 +268,9 @@ def test_a_call_gets_a_fresh_key_unless_its_meta_has_one() -> None:
     post(server, tools_call())
     post(server, tools_call())
     post(server, tools_call({idempotency.META: "mine"}))
-    first, second, own = (request.headers.get(idempotency.HEADER) for request in server.requests)
-    assert first and second and first != second and own is None
+    post(server, tools_call(), modern=False)  # an initialize-era request: no Mcp-Method header
+    first, second, own, legacy = (request.headers.get(idempotency.HEADER) for request in server.requests)
+    assert first and second and first != second and own is None and legacy
 
 
 @pytest.mark.parametrize("lost", [httpx2.RemoteProtocolError, httpx2.ReadTimeout, httpx2.ConnectError, 504, 502])

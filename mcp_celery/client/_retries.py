@@ -74,9 +74,9 @@ NO_RETRIES = Retries(attempts=0)
 
 
 def call_key(request: httpx2.Request) -> str | None:
-    """The idempotency key of a `tools/call` POST (its `_meta`'s, else its header's); None for other requests."""
-    method = request.headers.get("mcp-method")
-    if request.method != "POST" or method not in (None, "tools/call"):
+    """The idempotency key of a `tools/call` POST (its `_meta`'s, else its header's), given it a fresh one (as
+    the header) when it has none; None for any other request."""
+    if request.method != "POST" or request.headers.get("mcp-method") not in (None, "tools/call"):
         return None
     try:
         body = json.loads(request.content)
@@ -84,9 +84,13 @@ def call_key(request: httpx2.Request) -> str | None:
         return None
     if not isinstance(body, dict) or body.get("method") != "tools/call":
         return None
-    meta = (body.get("params") or {}).get("_meta") or {}
+    meta = (body.get("params") or {}).get("_meta")
     key = meta.get(idempotency.META) if isinstance(meta, dict) else None
-    return key if isinstance(key, str) else request.headers.get(idempotency.HEADER)
+    if isinstance(key, str):
+        return key
+    if idempotency.HEADER not in request.headers:
+        request.headers[idempotency.HEADER] = idempotency.new_key()
+    return request.headers[idempotency.HEADER]
 
 
 class RetryingTransport(httpx2.AsyncBaseTransport):
@@ -105,8 +109,6 @@ class RetryingTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         key = call_key(request)
-        if key is None and request.headers.get("mcp-method") == "tools/call" and request.method == "POST":
-            request.headers[idempotency.HEADER] = key = idempotency.new_key()
         if key is None or not (self.retries.attempts and self.honoured()):
             return await self.inner.handle_async_request(request)
         for attempt in range(self.retries.attempts + 1):

@@ -143,7 +143,7 @@ class Repeats:
                 break
             else:
                 await anyio.sleep(_PAUSES_S[min(attempt, len(_PAUSES_S) - 1)])  # the first call is writing it
-        raise MCPError(INTERNAL_ERROR, "an earlier call with the same key is still creating its task; try again")
+        raise MCPError(INTERNAL_ERROR, "an earlier call with the same key or arguments is still creating its task")
 
     def _claim(self, record: TaskRecord, call: str, key: str | None, window_s: float) -> CallClaim:
         """The claim of `record`'s call: on its key for the task's lifetime, else on its window for the window."""
