@@ -202,6 +202,14 @@ class Settings(BaseSettings):
         description="A URL that gets one POST per approval a job asks (JSON: text, link, tool, requester, message; "
         "the shape chat incoming webhooks accept). Read by workers.",
     )
+    approval_policy: str | None = Field(
+        default=None,
+        description="A TOML file naming the tools whose calls wait for a named person's approval before their "
+        'job is queued, with one [tools."NAME-OR-GLOB"] table each: approvers (required), four_eyes (default '
+        "true), timeout_s, message (docs/guides/approvals.md, Approval policy). Read at start, where a malformed "
+        "file refuses to start naming its line, and again whenever it changes; while it cannot be read, every "
+        "tool call is refused.",
+    )
     approval_session_s: int = Field(
         default=8 * 3600, gt=0, description="How long a sign-in to the approval page lasts (its session cookie)."
     )

@@ -1,6 +1,7 @@
-"""The approval tests' deployment: a private Redis, tokens for alice, bob and carol, a webhook receiver and
-an HTTP server on a port chosen first (MCP_CELERY_PUBLIC_URL must name it for the workers). The page
-client that signs in and posts forms as a browser would is `mcp_celery.testing.approvals`."""
+"""The approval tests' deployment: a private Redis, tokens for alice, bob and carol, a webhook receiver,
+an approval policy (`POLICY`) and an HTTP server on a port chosen first (MCP_CELERY_PUBLIC_URL must name
+it for the workers). The page client that signs in and posts forms as a browser would is
+`mcp_celery.testing.approvals`."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ from tests.support import HttpClient, Process, http_answers, start_worker
 
 APP = "tests.approval_jobs"
 PEOPLE = ("alice", "bob", "carol")
+#: MCP_CELERY_APPROVAL_POLICY of the deployment: the tools of `approval_jobs` it holds for approval.
+POLICY = """\
+[tools."deploy_*"]
+approvers = ["bob", "carol"]
+message = "Deploy {service} to {env}?"
+
+[tools.restart_service]
+approvers = ["bob"]
+timeout_s = 3
+"""
 
 
 @dataclass
@@ -67,9 +78,22 @@ class Deployment:
     def client(self, person: str) -> HttpClient:
         return HttpClient(self.mcp_url, self.tokens[person])
 
-    def worker(self, log: Path, concurrency: int = 2) -> Process:
+    def worker(self, log: Path, concurrency: int = 2, queues: str = approval_jobs.QUEUE) -> Process:
         name = f"approvals-{log.parent.name[-12:]}"
-        return start_worker(self.env, log, app=APP, name=name, concurrency=concurrency, queues=approval_jobs.QUEUE)
+        return start_worker(self.env, log, app=APP, name=name, concurrency=concurrency, queues=queues)
+
+    def serve(self, port: int, log: Path, **env: str) -> Process:
+        """Start `mcp-celery serve --http` of this deployment on `port` (`env`: settings over its own)."""
+        args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(port)]
+        server = Process(args, {**self.env, **env}, log)
+        server.wait_ready(lambda: http_answers(f"http://127.0.0.1:{port}/mcp"), 60, "the HTTP server to answer")
+        return server
+
+    def restart_server(self) -> None:
+        """Stop the deployment's server and start it again on its port."""
+        assert self.server is not None
+        self.server.stop()
+        self.server = self.serve(int(self.base.rsplit(":", 1)[1]), self.folder / "server-again.log")
 
 
 @pytest.fixture(scope="module", name="deployment")
@@ -79,6 +103,7 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     tokens = {person: new_token(person, folder / "tokens") for person in PEOPLE}
     webhook = Webhook()
     receiver = webhook.serve()
+    (folder / "policy.toml").write_text(POLICY)
     port = free_port()
     own = {k: v for k, v in env.items() if k != "MCP_CELERY_REDIS_URL"}
     deployed = Deployment(
@@ -89,6 +114,7 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
             "MCP_CELERY_AUTH_TOKENS": str(folder / "tokens"),
             "MCP_CELERY_PUBLIC_URL": f"http://127.0.0.1:{port}/mcp",
             "MCP_CELERY_APPROVAL_WEBHOOK": webhook.url,
+            "MCP_CELERY_APPROVAL_POLICY": str(folder / "policy.toml"),
             "RELEASE_APPROVERS": "alice,bob",
             "RELEASE_WORK_DIR": str(folder / "work"),
             "RELEASE_PUBLISH_DIR": str(folder / "published"),
@@ -98,11 +124,9 @@ def deployment_fixture(env: dict[str, str], tmp_path_factory: pytest.TempPathFac
         webhook=webhook,
         base=f"http://127.0.0.1:{port}",
     )
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", APP, "--http", "--port", str(port)]
-    server = deployed.server = Process(args, deployed.env, folder / "server.log")
-    server.wait_ready(lambda: http_answers(deployed.mcp_url), 60, "the HTTP server to answer")
+    deployed.server = deployed.serve(port, folder / "server.log")
     yield deployed
-    server.stop()
+    deployed.server.stop()
     receiver.shutdown()
     receiver.server_close()
     redis_proc.stop()

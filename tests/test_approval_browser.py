@@ -4,7 +4,9 @@ bob signs in, finds alice's pending `release` in his list, approves it with a co
 task completes `approved by bob` with the comment and the artifact published; bob denies the next
 one; carol (not named) gets 403; alice, who asked, cannot approve her own (four eyes); a form post
 replayed without its CSRF token, and a second decision, are refused. The approval page's screenshot
-goes to docs/images/approval-page.png for the guide.
+goes to docs/images/approval-page.png for the guide. The approval policy's path: a call of a tool the
+policy holds (`approval_support.POLICY`) is decided on the same page, its screenshot
+docs/images/approval-policy.png.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.approval_support import Deployment, deployment_fixture  # noqa: F401 
 from tests.support import ROOT, HttpClient, Process, require_service
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-page.png"
+POLICY_SCREENSHOT = ROOT / "docs" / "images" / "approval-policy.png"
 
 webdriver = pytest.importorskip("selenium.webdriver")
 By = pytest.importorskip("selenium.webdriver.common.by").By
@@ -120,4 +123,36 @@ def test_bob_approves_alices_release_in_a_browser_and_the_rules_hold(
     assert denied["result"]["structuredContent"]["decision"] == "denied by bob: wrong branch"
     assert denied["result"]["structuredContent"]["published"] is None
     replay.close()
+    alice.close()
+
+
+def test_bob_decides_calls_the_approval_policy_held_in_a_browser(
+    deployment: Deployment, worker: Process, browser: Any
+) -> None:
+    alice = deployment.client("alice")
+    approved_id = alice.start("deploy_docs", {"service": "site", "env": "prod"}, elicitation={"url": {}})
+    denied_id = alice.start("deploy_docs", {"service": "site", "env": "staging"}, elicitation={"url": {}})
+    held = alice.wait(approved_id, ["input_required"], timeout=30)
+    digest = held["inputRequests"]["policy-approval"]["params"]["_meta"]["mcp-celery/approval"]["details"]
+
+    sign_in(browser, deployment.base, deployment.tokens["bob"])
+    assert "Deploy site to prod?" in browser.page_source and "Deploy site to staging?" in browser.page_source
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Deploy site to prod?").click()
+    wait_for(lambda: "Approval requested" in browser.page_source, 30, 0.1, "the approval page")
+    assert "deploy_docs" in browser.page_source and digest["call sha256"] in browser.page_source
+    assert "four eyes" in browser.page_source and "deploy_*" in browser.page_source
+    browser.find_element(By.ID, "comment").send_keys("release notes checked")
+    browser.save_screenshot(str(POLICY_SCREENSHOT))
+    browser.find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait_for(lambda: "Approved by bob" in browser.page_source, 30, 0.1, "the decision shown")
+    done = alice.wait(approved_id, timeout=120)
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "docs of site deployed to prod"
+
+    browser.get(deployment.base + approval_path(alice.get(denied_id)))
+    browser.find_element(By.ID, "comment").send_keys("freeze week")
+    browser.find_element(By.CSS_SELECTOR, "button.deny").click()
+    wait_for(lambda: "Denied by bob" in browser.page_source, 30, 0.1, "the denial shown")
+    denied = alice.get(denied_id)
+    assert denied["status"] == "completed" and denied["result"]["isError"] is True, denied
+    assert denied["result"]["content"][0]["text"].startswith("not run: denied by bob: freeze week")
     alice.close()

@@ -59,6 +59,8 @@ def serve(
     binding = AppBinding.create(app, settings)
     probe(binding.redis)
     tools = registry(app)
+    if settings.approval_policy:
+        _check_approval_policy(app, settings, http=http)
     for spec in tools.values():
         if not spec.described:
             logger.warning(
@@ -113,6 +115,25 @@ def _check_http_auth(settings: Settings, host: str, port: int, allow_unauthentic
 
     auth.check_exposure(settings, host, allow_unauthenticated=allow_unauthenticated)
     auth.build_verifier(settings, auth.public_url(settings, host, port))
+
+
+def _check_approval_policy(app: Celery, settings: Settings, *, http: bool) -> None:
+    """Raises ConfigurationError, naming the line, for a policy file that cannot be read or is not a policy,
+    and without HTTP (no approval page of this server) when the page's link cannot be made; warns of a
+    table that matches no tool (a typo would hold nothing)."""
+    from mcp_celery.core.tools import registry
+    from mcp_celery.server.engine.gate import PolicyGate
+
+    gate = PolicyGate(settings, registry(app), app)
+    for pattern in gate.file.unmatched() if gate.file is not None else []:
+        logger.warning(
+            "approval policy %s: [tools.%r] matches none of this app's tools", settings.approval_policy, pattern
+        )
+    if not http and not settings.public_url:
+        raise ConfigurationError(
+            "MCP_CELERY_APPROVAL_POLICY needs MCP_CELERY_PUBLIC_URL over stdio: the URL of the server whose "
+            "/approvals page the approvers use (e.g. https://jobs.example/mcp)"
+        )
 
 
 def _check_port(host: str, port: int) -> None:

@@ -79,6 +79,7 @@ def http_app(app_spec: str, host: str, port: int, settings: Settings | None = No
     celery_app = load_app(app_spec)
     server, service = serving(celery_app, settings)
     options = auth.http_app_options(settings, host, port)
+    service.gate.public_url = auth.public_url(settings, host, port)  # the approval page a held call links to
     # GET /artifacts/{taskId}/{name}: artifacts of any size, with /mcp's credentials (`downloads`).
     download = Route(DOWNLOAD_PATH, Downloads(service, options.get("token_verifier")).endpoint, methods=["GET"])
     json_app = server.streamable_http_app(

@@ -13,7 +13,7 @@ the same commands and decode with the same codec, so the two sides cannot drift.
                      sync_artifacts.py artifacts, sync_output.py the live output
     artifacts.py     artifact names, URIs and meta, and the fsspec stores of their bytes
     output.py        a task's live output: what is kept, and how a reader sees it
-    aio.py           the server's store
+    aio.py           the server's store; gated.py what a call the approval policy holds adds to it
     replication.py   the WAIT behind a write that must outlive a failover
     retry.py         how the worker's store waits out a Redis away for a moment
     ended.py         the stream of ended tasks, for the deployment's figures

@@ -106,6 +106,9 @@ class FIELD:
     RESUME = "resume"
     #: Bytes of the task's live output dropped so far (only the last MCP_CELERY_OUTPUT_KEEP_BYTES are kept).
     OUTPUT_DROPPED = "out-dropped"
+    #: On a task an approval policy held before its job was queued: what the approval is bound to (JSON,
+    #: `mcp_celery.store.gated`); with `PARKED` and `RESUME` until the decision.
+    GATE = "gate"
 
 
 #: What the scripts PUBLISH on a task's event channel when its live output grew (every other message
@@ -344,6 +347,8 @@ class TaskRecord:
     resume: str | None = None
     #: The task's artifacts: name -> its meta (JSON, `mcp_celery.store.artifacts.ArtifactMeta`), in write order.
     artifacts: dict[str, str] = field(default_factory=lambda: {})
+    #: Held by the approval policy before its job was queued: what the approval is bound to (`FIELD.GATE`).
+    gate: dict[str, Any] | None = None
 
     def to_hash(self) -> dict[str, str]:
         """Fields written when the task is created (the rest are written as it runs)."""
@@ -397,6 +402,7 @@ class TaskRecord:
             parked_until_ms=_int_or_none(raw.get(FIELD.PARKED)),
             resume=raw.get(FIELD.RESUME) or None,
             artifacts={k[len(ARTIFACT_PREFIX) :]: v for k, v in raw.items() if k.startswith(ARTIFACT_PREFIX)},
+            gate=_json_or_none(raw.get(FIELD.GATE)),
         )
 
     @property

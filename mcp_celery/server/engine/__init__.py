@@ -5,6 +5,8 @@
     artifacts.py  a task's artifacts read where they are kept; the sweep of expired fsspec folders
     workflow.py   a task handed over to a workflow: its view from its members', answers routed to them
     approvals.py  an approval as its page sees it: found by id, the list for a person, a decision (via answer)
+    policy.py     the approval policy file (MCP_CELERY_APPROVAL_POLICY): its rules, read again on change
+    gate.py       a call the policy names held for approval before its job is queued; released or "not run"
     reaper.py     the sweeps over overdue tasks: lost jobs, lost messages, parked questions timed out
     events.py     the process's one Redis listener: which watched tasks changed
     publish.py    queueing a job: Celery's own message, written in the record's round trip on a Redis broker

@@ -19,6 +19,8 @@ overdue ones; none of them is special, and what they decide is a check-and-set i
   so it is overdue only if that worker was lost; reading
   the task freezes it `failed` ("the worker that took the job's message was lost before the job
   started"), with any broker. A job refused at its start once the task is frozen never runs.
+* A call the approval policy holds (`gate`) waits parked before its first run: its approval's
+  window is its one deadline, as a parked question's is; run out, the task completes "not run".
 * A job that has not started otherwise: its message is looked for in its queue and the unacked hash.
   Found, it is looked at again `queue_check_s` later (a task queued behind busy workers is
   never failed); found in the unacked hash, delivered longer than the heartbeat timeout ago
@@ -47,6 +49,7 @@ from mcp_celery.core.binding import queue_of
 from mcp_celery.core.status import PARKED_TIMEOUT, Found, TaskView, ended_without_job, lost_entry
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.engine.broker import NOWHERE, STALE, RedisBroker
+from mcp_celery.server.engine.gate import PolicyGate, timed_out
 from mcp_celery.settings import Settings
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
@@ -87,6 +90,7 @@ class Reaper:
     def __init__(self, tasks: TaskReader, store: AsyncStore, settings: Settings, app: Any) -> None:
         self.tasks = tasks
         self.store = store
+        self.app = app
         self.period_s = max(settings.worker_lost_timeout_s / 3, 0.2)
         self.lost_ms = int(settings.worker_lost_timeout_s * 1000)
         self.check_ms = int(settings.queue_check_s * 1000)
@@ -136,6 +140,9 @@ class Reaper:
         found = await self.tasks.read_view(task_id)
         if found is not None and not found[1].terminal and found[0].parked_until_ms is not None:
             record = found[0]
+            if PolicyGate.holds(record):  # a call the approval policy held: "not run: no decision within ..."
+                await timed_out(self.store, self.app, record, until_ms)
+                return
             fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="timeout")
             logger.warning("task %s: %s", task_id, PARKED_TIMEOUT, extra=fields)
             error = {"code": INTERNAL_ERROR, "message": PARKED_TIMEOUT}

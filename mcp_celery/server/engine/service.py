@@ -50,6 +50,7 @@ from mcp_celery.server.edge import limits
 from mcp_celery.server.engine import workflow
 from mcp_celery.server.engine.artifacts import Artifact, ArtifactReader
 from mcp_celery.server.engine.events import TaskEvents
+from mcp_celery.server.engine.gate import PolicyGate
 from mcp_celery.server.engine.publish import Publisher
 from mcp_celery.server.engine.reaper import Reaper
 from mcp_celery.server.engine.repeats import Repeats
@@ -83,6 +84,8 @@ class TaskService:
         self._state_secret: bytes | None = None
         self._artifacts: ArtifactReader | None = None
         self._repeats: Repeats | None = None
+        #: MCP_CELERY_APPROVAL_POLICY: the calls held for a person's approval before their job is queued.
+        self.gate = PolicyGate(self.settings, self.tools, binding.app)
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -219,7 +222,7 @@ class TaskService:
             task_id=new_task_id(),
             tool=spec.name,
             created_ms=now_ms(),
-            ttl_ms=self.binding.lifetimes.ttl_ms,
+            ttl_ms=self.gate.ttl_ms(spec.name, self.binding.lifetimes.ttl_ms),  # covers an approval's window
             poll_ms=self.settings.poll_interval_ms,
             capabilities=capabilities,
             owner=owner,
@@ -243,6 +246,13 @@ class TaskService:
         await limits.enforce_quota(self.store, record.owner, self.settings.max_live_tasks_per_principal)
         task_id = record.task_id
         indexed = self.settings.max_live_tasks_per_principal is not None
+        if (rule := self.gate.rule_for(spec.name)) is not None:  # the approval policy's: nothing queued yet
+            if claim is not None and (held := await self.store.claim_call(claim)) is not None:
+                return held  # a held call's claim is taken first, its record written by the gate
+            await self.gate.hold(self.store, spec, record, arguments, rule, index=indexed)
+            await self._confirm_created(spec, task_id)
+            observe.created(task_id, spec.name, record.owner)
+            return None
         check_at_ms = self.first_check_ms(record.created_ms)
         publisher = self.publisher
         # argsrepr names the tool in Flower (ToolSpec.argsrepr); the headers carry the request's trace context.
@@ -443,8 +453,11 @@ class TaskService:
 
         Watched as a new task's message is (the reaper looks for it `queue_check_s` later). The answers
         are stored already; should the broker refuse the message (or this server die before it is
-        sent), the reaper, with a Redis broker, finds no message and sends it again.
+        sent), the reaper, with a Redis broker, finds no message and sends it again. A call the approval
+        policy held is sent only if its decision lets it run (`PolicyGate.release`).
         """
+        if self.gate.holds(record) and not await self.gate.release(self.store, record, signature):
+            return
         await self.store.resumed(record.task_id, self.first_check_ms(now_ms()))
         app = self.binding.app
         try:

@@ -12,8 +12,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mcp_celery.core.approvals import approval_of
 from mcp_celery.core.status import TaskView
 from mcp_celery.protocol import output_uri
+from mcp_celery.server.engine.gate import PolicyGate
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = [
@@ -42,6 +44,11 @@ def running(record: TaskRecord, view: TaskView, waited_s: float, wait_s: float) 
         f"The job is still running in the background after {waited_s:g} s; nothing was cancelled. "
         f"Task id: {record.task_id} (tool {record.tool})."
     )
+    if PolicyGate.holds(record):  # no job yet: the approval policy holds the call until a person decides
+        head = (
+            f"The server's approval policy holds this call of {record.tool} until a person approves it: "
+            f"nothing has run yet. Task id: {record.task_id}."
+        )
     return f"{head}\n{state_of(record, view, wait_s)}"
 
 
@@ -75,14 +82,31 @@ def questions(task_id: str, requests: Mapping[str, Any]) -> str:
     lines = [f"The job is waiting for {'an answer' if len(requests) == 1 else 'answers'}:"]
     examples: dict[str, Any] = {}
     for key, request in sorted(requests.items()):
+        if approval_of(request) is not None:
+            lines.append(_approval(key, request))
+            continue
         text, example = _question(key, request)
         lines.append(text)
         examples[key] = example
-    lines.append(
-        f"Answer with {_call(RESPOND_TOOL, task_id=task_id, responses=examples)}, "
-        "putting the real answers in place of the examples (one call may answer several)."
-    )
+    if examples:
+        lines.append(
+            f"Answer with {_call(RESPOND_TOOL, task_id=task_id, responses=examples)}, "
+            "putting the real answers in place of the examples (one call may answer several)."
+        )
+    else:
+        lines.append(f"Nothing to answer here: to wait for the decision, call {_call(STATUS_TOOL, task_id=task_id)}.")
     return "\n".join(lines)
+
+
+def _approval(key: str, request: Mapping[str, Any]) -> str:
+    """An approval, which a named person decides on the server's page: the model has nothing to answer."""
+    params = request.get("params") or {}
+    approvers = (approval_of(request) or {}).get("approvers")
+    who = f"one of {', '.join(approvers)}" if approvers else "an approver"
+    return (
+        f'- "{key}": a person decides on the approval page: "{params.get("message")}". Tell the user that '
+        f"{who} must open {params.get('url')} and approve or deny it there."
+    )
 
 
 def _question(key: str, request: Mapping[str, Any]) -> tuple[str, Any]:
