@@ -164,7 +164,7 @@ class TaskService:
             self._tg = tg
             tg.start_soon(events.run)
             tg.start_soon(report_on_signal, events)
-            tg.start_soon(self._reap_lost_jobs, reaper)
+            tg.start_soon(reaper.run)  # lost jobs and lost messages, every period (`engine.reaper`)
             tg.start_soon(self.artifacts.sweep_every, self.settings.artifact_sweep_s)
             if figures is not None:
                 tg.start_soon(figures.run)  # the deployment's figures for /metrics (`deployment_metrics`)
@@ -183,23 +183,6 @@ class TaskService:
         if self._store is not None:
             await self._store.aclose()
             self._store = self._artifacts = self._repeats = None
-
-    async def _reap_lost_jobs(self, reaper: Reaper) -> None:
-        """Turn the tasks whose heartbeat ran out `failed` (or re-queue them), and so tell their listeners.
-
-        Every server process does this, none of them special: the read freezes the terminal state
-        with a check-and-set, so two replicas reaping the same task agree, and the freeze publishes
-        the change. A task read by a client first is frozen by that read just the same. Also ends
-        the tasks whose message was lost before a job started (`mcp_celery.server.engine.reaper`).
-        """
-        while True:
-            await anyio.sleep(reaper.period_s)
-            try:
-                await reaper.sweep()
-            except (RedisError, OSError):
-                logger.warning("could not look for lost jobs; trying again in %.1f s", reaper.period_s, exc_info=True)
-            except Exception:  # noqa: BLE001 - a surprise in one sweep must not stop the server
-                logger.exception("looking for lost jobs failed; trying again in %.1f s", reaper.period_s)
 
     def first_check_ms(self, created_ms: int) -> int | None:
         """When a new task's message is first looked for if no job has started (None: never)."""
