@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mcp_celery.errors import ConfigurationError
@@ -83,6 +83,20 @@ class Settings(BaseSettings):
         description="How long a tools/call from a client without the tasks extension waits for its job before "
         "it answers with a task handle (the job keeps running); below the 60 s most hosts allow a call. A tool "
         "sets its own with inline_s=. Also the longest wait of task_status(wait_seconds=...).",
+    )
+    client_windows: dict[str, float] = Field(
+        default_factory=dict,
+        description="Inline windows by client, as a JSON object: the clientInfo name a client sends -> the longest "
+        'a plain call may hold it, in seconds, e.g. {"claude-ai": 50} for a host that allows a call 60 s. Added to '
+        "and over the built-in table of measured clients (the Python SDK's name `mcp`: 4 s, below openai-agents' "
+        "5 s timeout); `*` sets the window of clients in neither (default 4). A call waits the shorter of this and "
+        "the tool's inline window (docs/guides/clients.md).",
+    )
+    progress_clients: str | None = Field(
+        default=None,
+        description="Comma-separated clientInfo names of clients known to reset their call timeout on "
+        "notifications/progress (a TypeScript SDK host with resetTimeoutOnProgress): a call of theirs that "
+        "carries a progressToken keeps the tool's whole inline window, held by the progress keepalives.",
     )
     sync_timeout_s: float = Field(
         default=60.0,
@@ -267,6 +281,19 @@ class Settings(BaseSettings):
     max_live_tasks_per_principal: int | None = Field(
         default=None, gt=0, description="Most unfinished tasks one principal may have (unset: no limit)."
     )
+
+    @field_validator("client_windows")
+    @classmethod
+    def _positive_windows(cls, windows: dict[str, float]) -> dict[str, float]:
+        bad = sorted(name for name, seconds in windows.items() if not seconds > 0)
+        if bad:
+            raise ValueError(f"each window must be a number of seconds above 0 (not for {', '.join(bad)})")
+        return windows
+
+    @property
+    def progress_client_names(self) -> frozenset[str]:
+        """The clientInfo names of MCP_CELERY_PROGRESS_CLIENTS."""
+        return frozenset(name.strip() for name in (self.progress_clients or "").split(",") if name.strip())
 
 
 def invalid_settings(error: ValidationError) -> str:

@@ -94,6 +94,16 @@ def slow_greeting(ctx: mcp_celery.JobContext, name: str, seconds: float) -> Gree
 
 
 @mcp_celery.tool(app)
+def ask_early_and_late(ctx: mcp_celery.JobContext, late_after_s: float = 6) -> str:
+    """Asks for a name at once, then, `late_after_s` later (past a plain call's window), for another."""
+    first = ctx.elicit("First name?", NAME)
+    ctx.status(f"got the first name; asking again in {late_after_s:g} s")
+    ctx.sleep(late_after_s)
+    second = ctx.elicit("Second name?", NAME)
+    return f"{(first.content or {}).get('name')} and {(second.content or {}).get('name')}"
+
+
+@mcp_celery.tool(app)
 def confirm_echo(ctx: mcp_celery.JobContext, text: str, timeout: float = 60) -> str:
     """Asks whether to echo `text` (an optional tool that asks: fine for any client)."""
     answer = ctx.elicit(f"Echo {text!r}?", CONFIRM, timeout=timeout)

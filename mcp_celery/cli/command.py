@@ -69,6 +69,8 @@ def serve(
                 spec.name,
                 spec.celery_task.name,
             )
+    # Every check passed. The store every worker must share: a worker with another refuses the jobs, naming both.
+    logs.announce(f"task store {binding.described}")
     if http:
         if settings.metrics_port is not None:  # server processes of --workers N read it from the environment
             os.environ["MCP_CELERY_METRICS_PORT"] = str(settings.metrics_port)

@@ -32,7 +32,7 @@ from mcp_celery.core.celery_app import load_app
 from mcp_celery.server.app import serving
 from mcp_celery.server.approvals import approval_app
 from mcp_celery.server.downloads import Downloads
-from mcp_celery.server.edge import auth
+from mcp_celery.server.edge import auth, handshake
 from mcp_celery.server.edge.refusals import RewordedRefusals
 from mcp_celery.server.ops import metrics
 from mcp_celery.server.ops.operations import OperationsRoutes
@@ -61,6 +61,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 #: How a request asks for progress notifications (`params._meta.progressToken`), as bytes in its body.
 _PROGRESS_TOKEN = b'"progressToken"'
+#: How an `initialize` request names its method, as bytes in its body.
+_INITIALIZE = b'"initialize"'
 
 
 def http_app(app_spec: str, host: str, port: int, settings: Settings | None = None) -> ASGIApp:
@@ -164,6 +166,9 @@ class ProgressRouter:
             more = bool(message.get("more_body"))
         body = b"".join(chunks)
         app = self.streaming_app if _PROGRESS_TOKEN in body else self.json_app
+        # An initialize-era client's declaration rides in its session id (`handshake`).
+        if _INITIALIZE in body and (session := handshake.session_id(body)) is not None:
+            send = handshake.with_session_id(send, session)
         replayed = False
 
         async def replay() -> Message:

@@ -16,6 +16,7 @@ from typing import Any
 
 from celery import Celery
 
+from mcp_celery import logs
 from mcp_celery.core.binding import AppBinding, max_job_s, queues_readable
 from mcp_celery.core.task_options import configured, mark_configured, settle
 from mcp_celery.core.tools import registry
@@ -193,6 +194,8 @@ def check_at_worker_start(sender: Any = None, **_: Any) -> None:
         settle(app)  # the configuration as this worker runs it, whatever the order of definitions
         binding = worker_binding(app)
         _check_redis(binding.binding)
+        # Servers say theirs at start too: a job created in another store is refused, naming both.
+        logs.announce(f"task store {binding.binding.described}")
     except McpCeleryError as exc:
         print(f"mcp-celery: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

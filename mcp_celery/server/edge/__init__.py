@@ -4,4 +4,5 @@ auth.py       bearer-token verifiers for Streamable HTTP, and the principal that
 tokens.py     static bearer tokens: the token file's format, and `mcp-celery token new`
 limits.py     request limits, the per-principal quota, error text without secrets
 refusals.py   the SDK's bare HTTP refusals, reworded so each says what to do
+handshake.py  what an initialize-era client declared, carried in its session id across stateless requests
 """

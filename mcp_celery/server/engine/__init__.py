@@ -8,6 +8,7 @@
     policy.py     the approval policy file (MCP_CELERY_APPROVAL_POLICY): its rules, read again on change
     gate.py       a call the policy names held for approval before its job is queued; released or "not run"
     reaper.py     the sweeps over overdue tasks: lost jobs, lost messages, parked questions timed out
+    refused.py    jobs a worker refused for using another task store, read from Celery's result backend
     events.py     the process's one Redis listener: which watched tasks changed
     publish.py    queueing a job: Celery's own message, written in the record's round trip on a Redis broker
     broker.py     what a server sees of a Redis broker: where a task's message is, putting a lost one back

@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from mcp_celery import tracing
 from mcp_celery.core import approvals
-from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.binding import STORE_HEADER, AppBinding
 from mcp_celery.core.canvas import show_revoked
 from mcp_celery.core.status import (
     CANCELLED_BEFORE_START,
@@ -185,7 +185,8 @@ class TaskService:
             self._store = self._artifacts = self._repeats = None
 
     def first_check_ms(self, created_ms: int) -> int | None:
-        """When a new task's message is first looked for if no job has started (None: never)."""
+        """When a new task is first looked at if no job has started: a refusal, then its message (None: outside
+        the server's lifespan, no reaper)."""
         return None if self._reaper is None else self._reaper.first_check_ms(created_ms)
 
     # ------------------------------------------------------------------ creating
@@ -238,10 +239,10 @@ class TaskService:
             return None
         check_at_ms = self.first_check_ms(record.created_ms)
         publisher = self.publisher
-        # argsrepr names the tool in Flower (ToolSpec.argsrepr); the headers carry the request's trace context.
-        options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr}
-        if trace_headers := tracing.message_headers():
-            options["headers"] = trace_headers
+        # argsrepr names the tool in Flower (ToolSpec.argsrepr); the headers carry the store the task is in (a
+        # worker using another refuses the job, saying so: `mcp_celery.worker.execution`) and the trace context.
+        headers = {STORE_HEADER: self.binding.identity, **tracing.message_headers()}
+        options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr, "headers": headers}
         write = partial(self.store.create, record, index=indexed, check_at_ms=check_at_ms, claim=claim)
         try:
             if not await publisher.native():

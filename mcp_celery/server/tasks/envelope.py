@@ -28,6 +28,7 @@ from mcp_celery.protocol import (
     TASKS_EXTENSION,
     missing_capability_data,
 )
+from mcp_celery.server.edge import handshake
 from mcp_celery.server.edge.auth import request_principal
 
 __all__ = [
@@ -35,10 +36,12 @@ __all__ = [
     "RequestContext",
     "check_task_name",
     "client_capabilities",
+    "client_name",
     "idempotency_key",
     "input_responses",
     "missing_capability",
     "principal",
+    "progress_token",
     "require_tasks_extension",
     "task_not_found",
     "tasks_declared",
@@ -65,13 +68,40 @@ def require_tasks_extension(ctx: RequestContext) -> None:
 
 
 def client_capabilities(ctx: RequestContext) -> dict[str, Any]:
-    """The client capabilities of this request (2026-07-28 `_meta`), or of the session (initialize era)."""
+    """The client capabilities of this request (2026-07-28 `_meta`), or of the session (initialize era: over
+    stateless HTTP, as its `initialize` declared them, carried in its session id: `handshake`)."""
     meta = ctx.meta or {}
     raw = meta.get(CLIENT_CAPABILITIES_META)  # type: ignore[misc]
     if isinstance(raw, dict):
         return raw
     caps = ctx.session.client_capabilities
-    return {} if caps is None else caps.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if caps is not None:
+        return caps.model_dump(by_alias=True, exclude_none=True, mode="json")
+    found = (_declared(ctx) or {}).get("capabilities")
+    return found if isinstance(found, dict) else {}
+
+
+def _declared(ctx: RequestContext) -> dict[str, Any] | None:
+    """What an initialize-era client declared at `initialize`, when its request carries the session id."""
+    headers = getattr(ctx.request, "headers", None)
+    return None if headers is None else handshake.declared(headers.get(handshake.HEADER))
+
+
+def client_name(ctx: RequestContext) -> str | None:
+    """The `clientInfo` name the client sent (2026-07-28 `_meta`, or the initialize handshake); None when unknown."""
+    params = ctx.session.client_params
+    if params is not None:
+        return params.client_info.name
+    info = (_declared(ctx) or {}).get("clientInfo")
+    return str(info["name"]) if isinstance(info, dict) and isinstance(info.get("name"), str) else None
+
+
+def progress_token(ctx: RequestContext) -> str | int | None:
+    """The request's `_meta.progressToken`, when it asks for progress notifications."""
+    meta: Mapping[str, Any] = ctx.meta or {}  # type: ignore[assignment]
+    # The SDK hands `_meta` over with its TypedDict's key (`progress_token`); raw, it is `progressToken`.
+    token = meta.get("progress_token", meta.get("progressToken"))
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
 
 
 def input_responses(params: Any) -> dict[str, Any]:
