@@ -172,7 +172,9 @@ class Settings(BaseSettings):
     )
     metrics_token: SecretStr | None = Field(
         default=None,
-        description="When set, GET /metrics needs `Authorization: Bearer <this token>` (401 otherwise).",
+        description="When set, GET /metrics needs `Authorization: Bearer <this token>` (401 otherwise). Unset, "
+        "with MCP_CELERY_AUTH_TOKENS or MCP_CELERY_JWT_JWKS it needs a bearer token /mcp accepts; with neither "
+        "it is open, and the startup line says so.",
     )
     metrics_port: int | None = Field(
         default=None,
@@ -204,7 +206,11 @@ class Settings(BaseSettings):
     jwt_audience: str | None = Field(
         default=None, description="Required `aud` of JWT bearer tokens. Default: the public URL of the server."
     )
-    jwt_principal_claim: str = Field(default="sub", description="JWT claim naming the principal that owns tasks.")
+    jwt_principal_claim: str = Field(
+        default="sub",
+        description="JWT claim naming the principal that owns tasks; also the ID token claim naming who signs in "
+        "on the approval page with OpenID Connect, so a name is one person on both paths.",
+    )
     public_url: str | None = Field(
         default=None,
         description="The server's URL as clients reach it (resource id in RFC 9728 metadata). "
@@ -225,10 +231,50 @@ class Settings(BaseSettings):
         "tool call is refused.",
     )
     approval_session_s: int = Field(
-        default=8 * 3600, gt=0, description="How long a sign-in to the approval page lasts (its session cookie)."
+        default=8 * 3600,
+        gt=0,
+        description="How long a sign-in to the approval page lasts at most (the session, kept in Redis; a JWT's "
+        "`exp` ends it sooner, and signing out or revoking the token ends it at once).",
     )
     approval_sign_in_limit: int = Field(
-        default=10, gt=0, description="Failed sign-ins to the approval page per client address and minute (then 429)."
+        default=10,
+        gt=0,
+        description="Failed sign-ins to the approval page per client and minute (then 429); the client is the "
+        "address the request came from, or behind MCP_CELERY_TRUSTED_PROXIES the one they forward.",
+    )
+    trusted_proxies: str | None = Field(
+        default=None,
+        description="Comma-separated addresses or networks (CIDR) of the proxies in front of `serve --http` whose "
+        "X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's forwarded-allow-ips), e.g. "
+        "`10.0.0.0/8`; `*` believes any. Unset: none, and the client is the address a request came from.",
+    )
+    approval_token_sign_in: bool = Field(
+        default=True,
+        description="Offer the token form on the approval page's sign-in when static tokens or JWTs are "
+        "configured. False: only 'Sign in with <provider>' (MCP_CELERY_OIDC_ISSUER), and an approval's link "
+        "goes straight to the provider.",
+    )
+
+    # ------------------------------------------------------------ the approval page's OpenID Connect sign-in
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="The OpenID Connect provider the approval page signs people in with (authorization code flow "
+        "with PKCE), found at ISSUER/.well-known/openid-configuration. https://, or http:// on a loopback host. "
+        "Unreachable at start: a warning, and the page says sign-in is unavailable until it answers.",
+    )
+    oidc_client_id: str | None = Field(
+        default=None, description="The approval page's client id at the provider; required with the issuer."
+    )
+    oidc_client_secret_file: str | None = Field(
+        default=None,
+        description="A file holding the client secret, read at start (the secret is never a setting itself, so it "
+        "is in no environment listing or log). Unset: a public client, PKCE only.",
+    )
+    oidc_scopes: str = Field(
+        default="openid email profile", description="Scopes asked of the provider, space-separated; openid first."
+    )
+    oidc_provider_name: str | None = Field(
+        default=None, description="The name on the button, 'Sign in with NAME'. Default: the issuer's host name."
     )
     allowed_hosts: str | None = Field(
         default=None,

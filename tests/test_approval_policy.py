@@ -33,7 +33,14 @@ from mcp_celery.store.schema import Keys
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
 from tests import approval_jobs
-from tests.approval_support import APP, POLICY, Deployment, deployment_fixture  # noqa: F401 - the fixture
+from tests.approval_support import (  # noqa: F401 - the fixtures
+    APP,
+    POLICY,
+    Deployment,
+    alice_fixture,
+    approval_worker_fixture,
+    deployment_fixture,
+)
 from tests.support import ROOT, HttpClient, Process, caps
 from tests.test_approvals import EventWatcher
 
@@ -111,13 +118,6 @@ def test_serve_refuses_to_start_with_a_policy_it_cannot_apply(
 
 
 @pytest.fixture(scope="module")
-def worker(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    proc = deployment.worker(tmp_path_factory.mktemp("policy-worker") / "worker.log")
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
 def gated_worker(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     """A worker of the held tool's queue, for the tests after those that count what reaches that queue."""
     log = tmp_path_factory.mktemp("policy-gated-worker") / "worker.log"
@@ -134,13 +134,6 @@ def replica(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) ->
     server = deployment.serve(port, log, MCP_CELERY_QUEUE_CHECK_S="1", MCP_CELERY_WORKER_LOST_TIMEOUT_S="3")
     yield f"http://127.0.0.1:{port}"
     server.stop()
-
-
-@pytest.fixture
-def alice(deployment: Deployment) -> Iterator[HttpClient]:
-    client = deployment.client("alice")
-    yield client
-    client.close()
 
 
 def signed_in(base: str, token: str) -> PageClient:
@@ -327,7 +320,7 @@ def test_the_reaper_never_takes_a_held_call_for_a_lost_message(deployment: Deplo
 
 
 def test_a_plain_host_gets_the_approval_link_at_once_not_after_its_inline_window(
-    deployment: Deployment, worker: Process, alice: HttpClient
+    deployment: Deployment, approval_worker: Process, alice: HttpClient
 ) -> None:
     began = time.monotonic()
     called = alice.result(
@@ -351,7 +344,7 @@ def test_a_plain_host_gets_the_approval_link_at_once_not_after_its_inline_window
 
 
 def test_the_policy_is_read_again_when_it_changes_and_refuses_every_call_while_broken(
-    deployment: Deployment, worker: Process, alice: HttpClient
+    deployment: Deployment, approval_worker: Process, alice: HttpClient
 ) -> None:
     policy = Path(deployment.env["MCP_CELERY_APPROVAL_POLICY"])
     broken = POLICY + "\n[tools.archive_logs]\n"

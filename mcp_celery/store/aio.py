@@ -400,18 +400,47 @@ class AsyncStore:
         raw = await self.redis.hget(self.keys.answers(task_id), key)  # type: ignore[misc]
         return None if raw is None else cast(dict[str, Any], json.loads(as_text(raw)))
 
-    async def failed_sign_ins(self, source: str) -> int:
-        """The failed sign-ins from `source` in its current window."""
-        return int(await self.redis.get(self.keys.sign_ins(source)) or 0)
+    async def count_sign_in(self, source: str, window_s: int) -> int:
+        """Count one sign-in attempt from `source` before it is checked; returns the attempts in its window.
 
-    async def count_failed_sign_in(self, source: str, window_s: int) -> int:
-        """Count one failed sign-in from `source`; returns the failures in its current window."""
+        Increment-then-compare: of a burst, each attempt gets its own count, so no more than the limit
+        are ever checked (`forgive_sign_in` takes a successful one back).
+        """
         key = self.keys.sign_ins(source)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(key, 0, ex=window_s, nx=True)  # the window starts at the first attempt (Redis 6: no EXPIRE NX)
             pipe.incr(key)
             _, count = await pipe.execute()
         return int(count)
+
+    async def forgive_sign_in(self, source: str, window_s: int) -> None:
+        """Take back the attempt `count_sign_in` counted, for a sign-in that succeeded."""
+        key = self.keys.sign_ins(source)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, 0, ex=window_s, nx=True)  # never a counter without expiry, should the window end just now
+            pipe.decr(key)
+            await pipe.execute()
+
+    async def put_session(self, digest: str, session: str, ttl_s: int) -> None:
+        """Keep a session (JSON) under its id's digest for `ttl_s` seconds."""
+        await self.redis.set(self.keys.session(digest), session, ex=max(ttl_s, 1))
+
+    async def session(self, digest: str) -> str | None:
+        """The session kept under `digest`, or None (never opened, ended or expired)."""
+        raw = await self.redis.get(self.keys.session(digest))
+        return None if raw is None else as_text(raw)
+
+    async def end_session(self, digest: str) -> None:
+        await self.redis.delete(self.keys.session(digest))
+
+    async def keep_sign_in_attempt(self, state_digest: str, attempt: bytes, ttl_s: int) -> None:
+        """Keep an OpenID Connect sign-in attempt until the person comes back from the provider, or `ttl_s`."""
+        await self.redis.set(self.keys.sign_in_attempt(state_digest), attempt, ex=ttl_s)
+
+    async def take_sign_in_attempt(self, state_digest: str) -> bytes | None:
+        """The attempt kept under `state_digest`, removed in the same command: a second take gets None."""
+        found = await self.redis.getdel(self.keys.sign_in_attempt(state_digest))
+        return found.encode() if isinstance(found, str) else found
 
     async def delete(self, task_id: str) -> None:
         await self.redis.delete(self.keys.task(task_id), self.keys.output(task_id))

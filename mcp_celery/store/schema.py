@@ -184,6 +184,10 @@ class Keys:
         """The bytes of a task's artifact `name` (`MCP_CELERY_ARTIFACTS=redis`; `mcp_celery.store.artifacts`)."""
         return f"{self.task(task_id)}:artifact:{name}"
 
+    def artifact_staging(self, task_id: str, name: str) -> str:
+        """Where an artifact streamed into Redis is written in pieces, then renamed to `artifact` when whole."""
+        return f"{self.task(task_id)}:artifact-staging:{name}"
+
     def output(self, task_id: str) -> str:
         """The task's live output (`ctx.output`; `mcp_celery.store.output`), expiring with the record."""
         return f"{self.task(task_id)}:output"
@@ -231,6 +235,18 @@ class Keys:
     def sign_ins(self, source: str) -> str:
         """Counter of the approval page's sign-in attempts from one source (a digest), expiring with its window."""
         return f"{self.prefix}:sign-ins:{source}"
+
+    def session(self, digest: str) -> str:
+        """A signed-in session (JSON; `mcp_celery.server.edge.sessions`), under a digest of its id, expiring with it."""
+        return f"{self.prefix}:session:{digest}"
+
+    def sign_in_attempt(self, state_digest: str) -> str:
+        """An OpenID Connect sign-in on its way through the provider (JSON), under a digest of its `state`.
+
+        Written when the page sends a person to the provider, taken (GETDEL: once) when they come back;
+        expires on its own if they never do.
+        """
+        return f"{self.prefix}:sign-in-attempt:{state_digest}"
 
     def ended(self) -> str:
         """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""

@@ -321,15 +321,21 @@ return 'parked'
 """
 
 
-# KEYS[1] task hash, then KEYS[2] the artifact's bytes when they are kept in Redis.
+# KEYS[1] task hash, then KEYS[2] the artifact's bytes when they are kept in Redis, and KEYS[3] the
+# staging key they were streamed into (`Keys.artifact_staging`) when they are not in ARGV[5].
 # ARGV[1] the artifact's name, ARGV[2] its meta (JSON), ARGV[3] its size, ARGV[4] the task's quota
-# (bytes of artifacts in Redis) or '', ARGV[5] the bytes (with KEYS[2]).
+# (bytes of artifacts in Redis) or '', ARGV[5] the bytes (with KEYS[2] alone).
 # An artifact of a task whose record still exists, in one step: the quota counts every other
-# artifact of the task (one written again under the same name replaces it); the bytes expire with
-# the record as it stands (JOB_END's caller expires them again with it, `SyncStore.expire_artifacts`).
+# artifact of the task (one written again under the same name replaces it); the bytes, set or
+# renamed from the staging key, expire with the record as it stands (JOB_END's caller expires them
+# again with it, `SyncStore.expire_artifacts`). A staging key is deleted whatever the outcome.
 # Returns {1, 0} when stored, {0, used} when over the quota, {-1, 0} when the record is gone.
 ARTIFACT_PUT = f"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0}} end
+local function refuse(code, used)
+  if #KEYS > 2 then redis.call('DEL', KEYS[3]) end
+  return {{code, used}}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return refuse(-1, 0) end
 local field = '{ARTIFACT_PREFIX}' .. ARGV[1]
 if ARGV[4] ~= '' then
   local used = 0
@@ -339,12 +345,20 @@ if ARGV[4] ~= '' then
       used = used + cjson.decode(all[i + 1])['size']
     end
   end
-  if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return {{0, used}} end
+  if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return refuse(0, used) end
+end
+if #KEYS > 2 then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('RENAME', KEYS[3], KEYS[2])
+  else
+    redis.call('SET', KEYS[2], '')
+  end
+elseif #KEYS > 1 then
+  redis.call('SET', KEYS[2], ARGV[5])
 end
 if #KEYS > 1 then
-  redis.call('SET', KEYS[2], ARGV[5])
   local ttl = redis.call('PTTL', KEYS[1])
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) elseif ttl == -1 then redis.call('PERSIST', KEYS[2]) end
 end
 redis.call('HSET', KEYS[1], field, ARGV[2])
 return {{1, 0}}

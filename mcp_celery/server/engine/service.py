@@ -58,7 +58,8 @@ from mcp_celery.server.ops import observe
 from mcp_celery.server.ops.deployment_metrics import DeploymentCollector, DeploymentFigures
 from mcp_celery.server.ops.diagnostics import report_on_signal
 from mcp_celery.store.aio import AsyncStore, CallClaim, NotReplicated
-from mcp_celery.store.artifacts import ArtifactMeta, fsspec_store
+from mcp_celery.store.artifact_files import fsspec_store
+from mcp_celery.store.artifacts import ArtifactMeta
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.output import render as render_output
 from mcp_celery.store.schema import TaskRecord
@@ -121,7 +122,9 @@ class TaskService:
     def artifacts(self) -> ArtifactReader:
         """Reads artifacts where MCP_CELERY_ARTIFACTS keeps them (`mcp_celery.server.engine.artifacts`)."""
         if self._artifacts is None:
-            self._artifacts = ArtifactReader(self.store, fsspec_store(self.settings.artifacts))
+            self._artifacts = ArtifactReader(
+                self.store, fsspec_store(self.settings.artifacts, self.binding.keys.prefix)
+            )
         return self._artifacts
 
     @property
