@@ -105,6 +105,14 @@ class Settings(BaseSettings):
         "task_mode='forbidden' tools, and every call from a client without the tasks extension when "
         "tool_fallback is false.",
     )
+    dedupe_s: float = Field(
+        default=0,
+        ge=0,
+        description="A tools/call without an idempotency key that repeats one of the same caller (same tool, same "
+        "arguments) whose task has not ended and was created less than this many seconds ago gets that task "
+        "instead of a new one. For hosts that retry without a key; 0 (the default): off. A tool sets its own "
+        "with dedupe_s=.",
+    )
     max_job_s: int | None = Field(
         default=None,
         gt=0,
@@ -313,6 +321,9 @@ class Settings(BaseSettings):
     )
     max_input_response_keys: int = Field(default=64, gt=0, description="Most inputResponses keys in one request.")
     max_task_id_length: int = Field(default=128, gt=0, description="Longest taskId looked up in Redis.")
+    max_idempotency_key_length: int = Field(
+        default=255, gt=0, description="Longest idempotency key of a tools/call (else -32602)."
+    )
     max_live_tasks_per_principal: int | None = Field(
         default=None, gt=0, description="Most unfinished tasks one principal may have (unset: no limit)."
     )

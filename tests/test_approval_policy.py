@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 import redis
 
+from mcp_celery import idempotency
 from mcp_celery.core.calls import call_digest
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.logs import principal_digest
@@ -227,6 +229,21 @@ def test_a_denied_call_completes_not_run_denied_by_name_and_is_never_queued(
     assert event["uuid"] == task_id and event["approved"] is False and event["by"] == principal_digest("bob")
     assert revoked["uuid"] == task_id and "bob" not in json.dumps([event, revoked])  # names stay out of events
     bob.close()
+
+
+def test_a_held_call_sent_again_with_its_idempotency_key_gets_the_same_held_task(
+    deployment: Deployment, alice: HttpClient
+) -> None:
+    """A lost reply's retry (issue 47) finds the call the policy holds: one task, one approval asked."""
+    call = {"name": "deploy_service", "arguments": {"service": "cache", "env": "prod"}}
+    key = {idempotency.HEADER: str(uuid.uuid4())}
+    first = alice.result("tools/call", call, capabilities=caps(**URL_ELICITATION), headers=key)
+    assert alice.result("tools/call", call, capabilities=caps(**URL_ELICITATION), headers=key) == first
+    bob = signed_in(deployment.base, deployment.tokens["bob"])
+    assert bob.decide(approval_path(waiting(alice, first["taskId"])), "deny", "not twice").status_code == 303
+    bob.close()
+    assert alice.get(first["taskId"])["statusMessage"] == "not run: denied by bob: not twice"
+    assert broker(deployment).llen(approval_jobs.GATED_QUEUE) == 0 and runs(deployment, "cache", "prod") == 0
 
 
 def test_an_approval_runs_only_the_call_it_was_asked_for(deployment: Deployment, alice: HttpClient) -> None:

@@ -52,6 +52,7 @@ BENCH_PAGES = {
     "results-logsearch-engines.md": "results-logsearch-engines.md",
     "results-workflow.md": "results-workflow.md",
     "results-fallback.md": "results-fallback.md",
+    "results-idempotency.md": "results-idempotency.md",
     "results-parking.md": "results-parking.md",
     "results-live-output.md": "results-live-output.md",
     "results-artifact-download.md": "results-artifact-download.md",

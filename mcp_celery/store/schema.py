@@ -42,6 +42,7 @@ a reader can see is PUBLISHed on the task's `events` channel.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Mapping
@@ -270,6 +271,26 @@ class Keys:
     def owner_tasks(self, principal: str) -> str:
         """Sorted set (score: creation ms) of a principal's task ids; kept only with a live-task quota."""
         return f"{self.prefix}:owner:{principal}"
+
+    def idempotency_key(self, principal: str, key: str) -> str:
+        """The task a principal's idempotency key names (a claim, `mcp_celery.server.engine.repeats`).
+
+        Named by a digest, so that neither the key nor the principal shows in Redis, and hash-tagged
+        by it: the claim is one key, in a slot of its own on a cluster.
+
+        >>> Keys().idempotency_key("alice", "k-1")
+        'mcp-celery:idempotency:{cb664db72064f28a214cb2bf3ad26f13}'
+        """
+        return f"{self.prefix}:idempotency:{{{_pair_digest(principal, key)}}}"
+
+    def recent_call(self, principal: str, call: str) -> str:
+        """The task a principal's call (`mcp_celery.core.calls.call_digest`) made within its tool's dedupe window."""
+        return f"{self.prefix}:recent-call:{{{_pair_digest(principal, call)}}}"
+
+
+def _pair_digest(principal: str, text: str) -> str:
+    """A digest of (principal, text) that no other pair shares (the principal's length goes first)."""
+    return hashlib.sha256(f"{len(principal)}:{principal}{text}".encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

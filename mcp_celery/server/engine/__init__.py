@@ -1,6 +1,7 @@
 """The task engine: every surface reaches a task through here; no MCP wire shapes.
 
     service.py    TaskService: create, find (the owner check), view, answer, cancel; the server's lifespan
+    repeats.py    a repeated tools/call (its idempotency key, or the tool's dedupe window) gets the earlier task
     artifacts.py  a task's artifacts read where they are kept; the sweep of expired fsspec folders
     workflow.py   a task handed over to a workflow: its view from its members', answers routed to them
     approvals.py  an approval as its page sees it: found by id, the list for a person, a decision (via answer)

@@ -47,6 +47,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import anyio
+from redis.exceptions import RedisError
+
 from mcp_celery import logs
 from mcp_celery.core.binding import queue_of
 from mcp_celery.core.status import PARKED_TIMEOUT, Found, TaskView, ended_without_job, lost_entry
@@ -112,6 +115,24 @@ class Reaper:
     def first_check_ms(self, created_ms: int) -> int:
         """When a new task is first looked at if its job has not started: a refusal, then its message."""
         return created_ms + min(self.check_ms, int(FIRST_LOOK_S * 1000))
+
+    async def run(self) -> None:
+        """Sweep every period for as long as the server runs: turn the tasks whose heartbeat ran out `failed`
+        (or re-queue them), and so tell their listeners; also end the tasks whose message was lost before a
+        job started.
+
+        Every server process does this, none of them special: the read freezes the terminal state
+        with a check-and-set, so two replicas reaping the same task agree, and the freeze publishes
+        the change. A task read by a client first is frozen by that read just the same.
+        """
+        while True:
+            await anyio.sleep(self.sweep_s)
+            try:
+                await self.sweep()
+            except (RedisError, OSError):
+                logger.warning("could not look for lost jobs; trying again in %.1f s", self.sweep_s, exc_info=True)
+            except Exception:  # noqa: BLE001 - a surprise in one sweep must not stop the server
+                logger.exception("looking for lost jobs failed; trying again in %.1f s", self.sweep_s)
 
     async def sweep(self) -> None:
         now = now_ms()

@@ -51,7 +51,6 @@ from mcp_celery.server.plain.handle import handle_result, with_task_handle
 from mcp_celery.server.tasks import envelope
 from mcp_celery.server.tasks.envelope import RequestContext
 from mcp_celery.store.output import last_lines
-from mcp_celery.store.schema import TaskRecord
 
 __all__ = ["call", "listed_tool", "resume_call", "window_s"]
 
@@ -94,13 +93,20 @@ async def call(
         sync=not inline,
         plain=inline,
     )
+    key = envelope.idempotency_key(ctx, service.settings.max_idempotency_key_length)
     # Watch before queueing: every state the job stores is published on the task's event channel.
     async with service.events.watch([record.task_id]) as watcher:
+        earlier = await service.create_unless_repeated(spec, record, arguments, key)
+        if earlier is None and not inline:
+            return await _call_sync(service, spec, record.task_id, watcher)
+        if earlier is None:
+            queued = TaskView("working", record.created_ms, QUEUED_MESSAGE)
+            return await _follow(service, ctx, spec, (record, queued), watcher)
+    # A repeated call (its key, or the tool's dedupe window) waits on the earlier call's task as that call did.
+    async with service.events.watch([earlier[0].task_id]) as watcher:
         if not inline:
-            return await _call_sync(service, spec, record, arguments, watcher)
-        await service.create(spec, record, arguments)
-        queued = TaskView("working", record.created_ms, QUEUED_MESSAGE)
-        return await _follow(service, ctx, spec, (record, queued), watcher)
+            return await _call_sync(service, spec, earlier[0].task_id, watcher, read_first=True)
+        return await _follow(service, ctx, spec, earlier, watcher, read_first=True)
 
 
 async def resume_call(
@@ -357,26 +363,25 @@ def _numbers(progress: Mapping[str, Any] | None) -> tuple[float | None, float | 
 
 
 async def _call_sync(
-    service: TaskService, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any], watcher: Watcher
+    service: TaskService, spec: ToolSpec, task_id: str, watcher: Watcher, *, read_first: bool = False
 ) -> Any:
-    """Run the job and wait for its result; cancel it after sync_timeout_s (no task to hand back)."""
-    task_id = record.task_id
+    """Wait for the queued job's result; cancel it after sync_timeout_s (no task to hand back)."""
     timeout_s = service.settings.sync_timeout_s
     deadline = anyio.current_time() + timeout_s
     view = None
-    queued = done = False
+    done = False
     try:
-        await service.create(spec, record, arguments)
-        queued = True
-        # Nothing to read yet: the task is as just written until its job reports, and every
-        # report since the watch began wakes `changed` (so the first wait loses nothing).
+        # A task just created is as written until its job reports, and every report since the watch
+        # began wakes `changed` (so the first wait loses nothing); a repeated call's is read first.
         while not done and anyio.current_time() < deadline:
-            await watcher.changed(deadline - anyio.current_time())
+            if not read_first:
+                await watcher.changed(deadline - anyio.current_time())
+            read_first = False
             found = await service.read_view(task_id)
             view = None if found is None else found[1]
             done = view is None or view.terminal
     finally:
-        if queued and not done:  # timed out, or the caller went away: the job must not run on unseen
+        if not done:  # timed out, or the caller went away: the job must not run on unseen
             with anyio.CancelScope(shield=True):
                 await service.cancel(task_id, spec)
     if not done:

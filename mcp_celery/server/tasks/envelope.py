@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_celery import idempotency
 from mcp_celery.protocol import (
     CAPABILITY_FOR_METHOD,
     CLIENT_CAPABILITIES_META,
@@ -36,6 +37,7 @@ __all__ = [
     "check_task_name",
     "client_capabilities",
     "client_name",
+    "idempotency_key",
     "input_responses",
     "missing_capability",
     "principal",
@@ -110,6 +112,27 @@ def input_responses(params: Any) -> dict[str, Any]:
         else value
         for key, value in (getattr(params, "input_responses", None) or {}).items()
     }
+
+
+def idempotency_key(ctx: RequestContext, max_length: int) -> str | None:
+    """The `tools/call`'s idempotency key: `_meta["mcp-celery/idempotencyKey"]`, or over HTTP the
+    `Idempotency-Key` header (a bare value, or the IETF draft's quoted string); None without one.
+
+    Raises:
+        MCPError: -32602 for a key that is not a string, is empty or longer than `max_length`, or for a
+            header and a `_meta` key that differ.
+    """
+    meta: Mapping[str, Any] = ctx.meta or {}  # type: ignore[assignment]
+    in_meta = meta.get(idempotency.META)
+    headers = getattr(ctx.request, "headers", None)
+    header = None if headers is None else headers.get(idempotency.HEADER)
+    in_header = None if header is None else idempotency.header_value(header)
+    if in_meta is not None and in_header is not None and in_meta != in_header:
+        raise MCPError(INVALID_PARAMS, f"the {idempotency.HEADER} header and _meta name two different keys")
+    key = in_meta if in_meta is not None else in_header
+    if key is not None and not (isinstance(key, str) and 0 < len(key) <= max_length):
+        raise MCPError(INVALID_PARAMS, f"an idempotency key is a string of 1 to {max_length} characters")
+    return key
 
 
 def check_task_name(ctx: RequestContext, task_id: str) -> None:
