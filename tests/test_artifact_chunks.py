@@ -157,13 +157,14 @@ def test_a_write_refused_or_failed_leaves_no_chunk_behind(store: SyncStore, stor
         wait_for(lambda: len(chunk_keys(store_redis, task_id)) == before + 2, 10, 0.01, "two chunks written")
         yield from last
 
-    with pytest.raises(ArtifactError, match="MCP_CELERY_ARTIFACT_MAX_BYTES=8,388,608"):  # the artifact alone
-        store.stage_artifact(task_id, "big.bin", "application/octet-stream", written_then(iter([b"x"])), 8 << 20)
+    quota = 2 * CHUNK_BYTES
+    with pytest.raises(ArtifactError, match=f"MCP_CELERY_ARTIFACT_MAX_BYTES={quota:,}"):  # one byte over, alone
+        store.stage_artifact(task_id, "big.bin", "application/octet-stream", written_then(iter([b"x"])), quota)
     assert chunk_keys(store_redis, task_id) == []
-    stream(store, task_id, data[: CHUNK_BYTES * 2], name="first.bin")  # 8 MiB of the task's quota taken
+    stream(store, task_id, data[: CHUNK_BYTES * 2], name="first.bin")  # 2 chunks' worth of the quota taken
     meta = store.stage_artifact(task_id, "second.bin", "application/octet-stream", [data], QUOTA)
     assert len(chunk_keys(store_redis, task_id)) == 2 + 3
-    with pytest.raises(ArtifactError, match="to 20,971,520 bytes"):  # with the first one: over the quota
+    with pytest.raises(ArtifactError, match=f"to {5 * CHUNK_BYTES:,} bytes"):  # with the first one: over 16 MiB
         store.put_artifact(task_id, meta, None, 16 << 20, staged=True)
     assert len(chunk_keys(store_redis, task_id)) == 2 and read(task_id, meta) is None
 

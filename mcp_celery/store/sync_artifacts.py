@@ -203,7 +203,7 @@ class _ChunkWriter:
         if self.error is None and self._filled:
             self._guarded(self._write, memoryview(self._chunk)[: self._filled])
 
-    def _guarded(self, step: Any, arg: Any) -> None:
+    def _guarded(self, step: Callable[[Any], None], arg: Any) -> None:
         try:
             step(arg)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
