@@ -460,7 +460,7 @@ def test_over_the_quota_a_search_keeps_its_count_and_says_why_it_has_no_artifact
     assert small["result"]["structuredContent"]["matches_in_artifact"] == 32  # under it, an artifact as ever
     records = store_records(own, request)
     keys = list(records.scan_iter(f"{PREFIX}:task:{{{task['taskId']}}}*"))
-    assert keys and not [k for k in keys if b"artifact" in k], keys  # no staging key stays behind
+    assert keys and not [k for k in keys if b"artifact" in k], keys  # no chunk stays behind
 
 
 @pytest.mark.store
