@@ -14,8 +14,9 @@ bytes into a new file, checked afterwards (untimed: size, and SHA-256 against th
 - ours: `GET /artifacts/{taskId}/{name}` by `curl -o FILE` (the download as a user runs it), and
   by a Python client in this process (`http.client`, 1 MiB `readinto` and a write at a time);
 - the reference, the same bytes copied by the machine's own tool: for `redis`, `redis-cli --raw GET
-  <the artifact's key>` with its output redirected to a new file (the value and one newline), the
-  fastest way redis-cli has to get a value out as bytes; for `file://`, `cp` of the store's file
+  <key>` with its output redirected to a new file (the value and one newline), the fastest way
+  redis-cli has to get a value out as bytes, from a key holding the artifact's bytes whole (copied
+  once, untimed, from the 4 MiB chunks the store keeps a streamed artifact in); for `file://`, `cp` of the store's file
   to a new file in the same directory (one file system, the source in the page cache for every
   side: the job wrote it and every round reads it);
 - for `file://` also the ceiling of any HTTP download on the machine: the same file from
@@ -50,7 +51,7 @@ from urllib.parse import urlsplit
 
 from bench import rpc
 from bench.procs import BENCH, PY, CpuProbe, start, start_ours_server, start_worker, wait_worker
-from bench.redis_tools import BenchRedis
+from bench.redis_tools import BenchRedis, artifact_keys
 from bench.results import Machine
 from mcp_celery.store.schema import Keys
 from mcp_celery.testing.processes import Process, free_port, wait_for
@@ -205,6 +206,14 @@ def start_sendfile_server(path: str) -> tuple[Process, str]:
     return proc, url
 
 
+def copy_whole(rds: BenchRedis, task_id: str) -> str:
+    """A new key holding the artifact's bytes whole, copied (untimed) from the chunks the store keeps them
+    in: what the reference, `redis-cli GET`, reads."""
+    key, client = f"bench:reference:{task_id}", rds.client()
+    client.set(key, b"".join(client.get(chunk) or b"" for chunk in artifact_keys(client, task_id, NAME)))
+    return key
+
+
 def measure_store(rds: BenchRedis, store: str, mb: int, rounds: int, tmp: Path) -> StoreFigures:
     """Start a worker and a server for `store`, have the job write the artifact, and time every side."""
     size = mb * 10**6
@@ -222,7 +231,9 @@ def measure_store(rds: BenchRedis, store: str, mb: int, rounds: int, tmp: Path) 
         started.append(server)
         task_id = make_artifact(mcp_url, mb)
         url = mcp_url.removesuffix("/mcp") + f"/artifacts/{task_id}/{NAME}"
-        source = f"{rds.port} {Keys().artifact(task_id, NAME)}" if store == "redis" else str(files / task_id / NAME)
+        reference = copy_whole(rds, task_id) if store == "redis" else ""
+        # An fsspec store keeps a task's files under the deployment's folder, named after its key prefix.
+        source = f"{rds.port} {reference}" if store == "redis" else str(files / Keys().prefix / task_id / NAME)
         sides = Sides(store, url, source, tmp, size)
         names = [OURS_CURL, OURS_PYTHON, REFERENCE]
         if store == "file":
@@ -241,7 +252,7 @@ def measure_store(rds: BenchRedis, store: str, mb: int, rounds: int, tmp: Path) 
         ours_share = (_children_cpu_s() - children) / ((after[0] - before[0]) * CpuProbe.ncpu)
         figures.foreign_cpu = max(0.0, CpuProbe.foreign(before, after) - ours_share)
         if store == "redis":
-            rds.client().delete(Keys().artifact(task_id, NAME))
+            rds.client().delete(reference, *artifact_keys(rds.client(), task_id, NAME))
         return figures
     finally:
         for proc in reversed(started):

@@ -11,7 +11,8 @@ from memory. Each case checks that `total_matches` and `matches_in_artifact` equ
 (once, outside the timing) that the downloaded artifact has that many lines.
 
 Memory: the worker's pool processes' peak RSS (VmHWM) after the 1 k case and after all, and Redis's
-`used_memory` before and after one delivery per stored match (the artifact is deleted after each run).
+`used_memory` less its clients' buffers before and after one delivery per stored match (the artifact is
+deleted after each run).
 Prints a table and writes bench/results-logsearch.md. Run it with `nice -n 10`.
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 import httpx
 
 from bench.procs import BENCH, MY_SESSIONS, start, start_http_server
-from bench.redis_tools import BenchRedis
+from bench.redis_tools import BenchRedis, artifact_keys
 from bench.rpc import parse, request
 from jobs._logsearch import available_cpus
 from mcp_celery.testing.processes import Process, free_port
@@ -194,6 +195,13 @@ def run_grep(kind: str, pattern: str, path: Path, out: Path) -> tuple[float, int
     return elapsed, lines
 
 
+def stored_bytes(redis: Any) -> int:
+    """Redis's memory less its clients' buffers: a connection keeps a buffer as big as the last big
+    value it sent (a 4 MiB chunk) for a while, then Redis shrinks it, which is no stored match."""
+    memory = redis.info("memory")
+    return int(memory["used_memory"]) - int(memory["mem_clients_normal"])
+
+
 def pool_peak_rss(worker_pid: int) -> int:
     """The highest peak RSS (VmHWM, bytes) of the worker's pool processes so far."""
     children = []
@@ -241,7 +249,7 @@ class Row:
     counts: set[tuple[int, int]]  # (total_matches, matches_in_artifact) of each run
     artifact_lines: int
     artifact_bytes: int
-    redis_bytes: int  # Redis's used_memory grown by one delivery
+    redis_bytes: int  # Redis's memory, less its clients' buffers, grown by one delivery
 
     @property
     def ratio(self) -> float:
@@ -277,18 +285,18 @@ def measure(
         for rep in range(reps):
             seconds, row.grep_count = run_grep(kind, pattern, path, path.with_name("grep.out"))
             row.grep_s.append(seconds)
-            before = int(redis.info("memory")["used_memory"])
+            before = stored_bytes(redis)
             seconds, task = caller.as_task(args)
             row.ours_s.append(seconds)
             result = task["result"]["structuredContent"]
             row.counts.add((result["total_matches"], result["matches_in_artifact"] or 0))
             if rep == 0:  # outside the timing: what the artifact holds, and what it costs Redis
-                row.redis_bytes = int(redis.info("memory")["used_memory"]) - before
+                row.redis_bytes = stored_bytes(redis) - before
                 row.artifact_lines = caller.artifact_lines(task)
                 row.artifact_bytes = next(
                     c["size"] for c in task["result"]["content"] if c.get("name") == "matches.jsonl"
                 )
-            redis.delete(f"mcp-celery:task:{{{task['taskId']}}}:artifact:matches.jsonl")
+            redis.delete(*artifact_keys(redis, task["taskId"], "matches.jsonl"))
         if not rows:
             memory.after_1k = pool_peak_rss(worker)
         note(f"{kind:8} {pattern!r}: {row.grep_count:,} lines, grep -n {statistics.median(row.grep_s):.3f} s, "
@@ -318,8 +326,8 @@ def memory_lines(rows: list[Row], memory: Memory) -> list[str]:
         f"{memory.after_1k / mib:.0f} MiB after the {rows[0].grep_count:,}-match case, "
         f"{memory.after_all / mib:.0f} MiB after all of them ({rows[-1].grep_count:,} matches the most): "
         f"{memory.ratio:.2f}x, goal <= {RSS_GOAL}x: {verdict}.",
-        "- Redis memory per stored match (`used_memory` grown by one delivery, over the matches; "
-        "the artifact's own bytes per match beside it):",
+        "- Redis memory per stored match (`used_memory` less `mem_clients_normal` grown by one delivery, over "
+        "the matches; the artifact's own bytes per match beside it):",
     ]
     for r in rows:
         per = r.redis_bytes / r.grep_count if r.grep_count else 0.0
@@ -370,12 +378,12 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
     try:
         caller = Caller(stack.url)
         caller.as_task({"paths": path.name, "pattern": "FATAL"})  # warm-up: imports, rg's binary cached
-        probe = cpu_sample()
+        probe, load_at_start = cpu_sample(), os.getloadavg()[0]
         rows, memory = measure(caller, stack, path, options.reps, print)
         foreign = foreign_share(probe, cpu_sample())
     finally:
         stack.stop()
-    report = _report(rows, memory, options, size, lines, foreign)
+    report = _report(rows, memory, options, size, lines, (foreign, load_at_start))
     print("\n".join(report))
     options.out.write_text("\n".join(report) + "\n")
     print(f"wrote {options.out}")
@@ -384,8 +392,10 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
 
 
 def _report(
-    rows: list[Row], memory: Memory, options: argparse.Namespace, size: int, lines: int, foreign: float
+    rows: list[Row], memory: Memory, options: argparse.Namespace, size: int, lines: int, busy: tuple[float, float]
 ) -> list[str]:
+    """The results page; `busy`: the share of the CPU other processes used during the timed runs, and the
+    load average at their start."""
     return [
         "# log_search, every match delivered, against grep -n",
         "",
@@ -397,11 +407,11 @@ def _report(
         f"(`JOBS_LOG_SEARCH_PROCESSES={available_cpus()}`, since one search runs at a time), from the "
         f"`tools/call` request to the completed task (polled every {POLL_S * 1000:.0f} ms with `tasks/get`): "
         "the count and the first 1000 matches inline, every match in the `matches.jsonl` artifact (JSON Lines) "
-        "in Redis. GB/s is the log's size over that time.",
+        "in Redis (in keys of just under 4 MiB). GB/s is the log's size over that time.",
         "",
         *describe_machine(),
-        f"- Other processes used {foreign:.0%} of the machine's CPU during the timed runs (the cores are shared; "
-        f"load average {os.getloadavg()[0]:.1f} at the end).",
+        f"- Other processes used {busy[0]:.0%} of the machine's CPU during the timed runs (the cores are shared; "
+        f"load average {busy[1]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end).",
         "",
         *table(rows, size),
         "",

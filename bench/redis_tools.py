@@ -14,6 +14,8 @@ import time
 import redis
 
 from bench.procs import start
+from mcp_celery.store.artifacts import ARTIFACT_FIELD_PREFIX, ArtifactMeta
+from mcp_celery.store.schema import Keys
 from mcp_celery.testing.processes import Process, free_port, redis_answers, redis_server_binary
 
 DEBIAN_REDIS = "/usr/bin/redis-server"
@@ -143,3 +145,11 @@ def wait_quiet(r: redis.Redis, idle_cps: float, deadline_s: float, min_wait: flo
             quiet = 0
         prev = cur
     raise TimeoutError("Redis did not go quiet (queue not drained)")
+
+
+def artifact_keys(client: redis.Redis, task_id: str, name: str) -> list[str]:
+    """The keys that hold the bytes of the task's artifact `name` in the store's Redis, as its record lists them."""
+    entry = client.hget(Keys().task(task_id), ARTIFACT_FIELD_PREFIX + name)
+    if not isinstance(entry, bytes):
+        raise RuntimeError(f"task {task_id} has no artifact {name!r}")
+    return ArtifactMeta.from_json(name, entry.decode()).redis_keys(Keys(), task_id)

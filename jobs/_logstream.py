@@ -5,10 +5,12 @@ inline: `ctx.artifact(..., data=MatchStream(...))` stores the blocks as they com
 an fsspec store as a file written as it goes), so the worker holds a block and its JSON whatever
 the number of matches. No Celery.
 
-One rg process per file (`rg --line-number`: its line numbers are the file's own), fed as the first
-pass feeds it (`jobs._ripgrep.Feeder`: `sendfile`, or gzip inflated here), a few started ahead so
-that rg searches the next files while this process encodes; their output is read in file order, a
-MiB at a time, and turned into JSON Lines in bulk. rg separates the number from the line with a
+One rg process per file (`rg --line-number`: its line numbers are the file's own), a few started
+ahead so that rg searches the next files while this process encodes. rg reads a plain file itself:
+its stdin is the file, opened here inside the root (`open_inside`), so no byte of it is copied
+through a pipe (on two cores that copy cost as much CPU as rg's search); a gzip file is inflated
+into its stdin by a thread (`jobs._ripgrep.Feeder`). Their output is read in file order, a block
+at a time, and turned into JSON Lines in bulk. rg separates the number from the line with a
 byte no log line has (`--field-match-separator`), so a block of complete lines becomes JSON with a
 few `bytes.replace` calls over the whole block (escape backslashes, quotes and tabs; then the
 separator and each newline become the objects' glue), not one `json.dumps` per line. A block holding
@@ -29,12 +31,13 @@ import select
 import subprocess
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from jobs._logfiles import LogFile
+from jobs._logfiles import LogFile, open_inside
 from jobs._logsearch import TICK_S, Progress, Query, validated
 from jobs._ripgrep import F_SETPIPE_SZ, PIPE_BYTES, Feeder, ProcessSet, Ripgrep, Segment
 
@@ -46,8 +49,6 @@ READ_BYTES = 1 << 20
 #: Every C0 control character but the tab: the newline and the separator among them.
 _CONTROLS = bytes(c for c in range(0x20) if c != 0x09)
 _ESCAPES = ((b"\\", b"\\\\"), (b'"', b'\\"'), (b"\t", b"\\t"))  # the backslash first
-#: `progress(file_index, nbytes)`, from the feeder threads (`Feeder`).
-_Fed = Callable[[int, int], None]
 
 
 def json_lines(block: bytes, prefix: bytes, accept: Callable[[str], bool] | None = None) -> tuple[bytes, int]:
@@ -92,25 +93,56 @@ def _one_by_one(block: bytes, prefix: bytes, accept: Callable[[str], bool] | Non
 
 
 class _FileSearch:
-    """One rg process searching one whole file, fed by a thread of its own."""
+    """One rg process searching one whole file: a plain file is its stdin, a gzip file is inflated into it.
 
-    def __init__(self, rg: Ripgrep, root: Path, index: int, log: LogFile, procs: ProcessSet, progress: _Fed) -> None:
+    A plain file goes to rg as the descriptor `open_inside` opened (inside the root, not a symlink
+    out of it): rg reads it itself, with no copy through a pipe, and the descriptor's offset, which
+    rg's reads move, is the progress. A gzip file is inflated by a thread of its own (`Feeder`).
+    """
+
+    def __init__(self, rg: Ripgrep, root: Path, index: int, log: LogFile, procs: ProcessSet) -> None:
+        self.log, self.procs = log, procs
+        self.fed = 0  # bytes of a gzip file read so far (the feeder's progress)
+        try:
+            self.file = None if log.gzip else open_inside(root, log.path)
+        except OSError as exc:  # as the feeder reports it: the search fails, naming the file
+            raise RuntimeError(f"{log.name}: {exc}") from None
         self.errors: IO[bytes] = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            rg.command("--line-number", "--field-match-separator=\\x1f"),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-        )  # fmt: skip
+        try:
+            stdin = subprocess.PIPE if self.file is None else self.file.fd
+            self.proc = subprocess.Popen(
+                rg.command("--line-number", "--field-match-separator=\\x1f"),
+                stdin=stdin, stdout=subprocess.PIPE, stderr=self.errors,
+            )  # fmt: skip
+        except BaseException:
+            self.errors.close()
+            if self.file is not None:
+                self.file.close()
+            raise
         procs.add(self.proc)
-        self.procs = procs
-        assert self.proc.stdout is not None and self.proc.stdin is not None
-        with contextlib.suppress(OSError):  # a 1 MiB pipe into rg wakes it less (its output's stays small:
-            fcntl.fcntl(self.proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)  # blocks of it are what we hold)
-        self.feeder = Feeder(root, [Segment(index, log, 0, log.size)], b"", procs.stopped, progress)
-        self.pump = threading.Thread(
-            target=self.feeder.feed, args=(self.proc.stdin,), name="logstream-feed", daemon=True
-        )
-        self.pump.start()
+        self.feeder: Feeder | None = None
+        self.pump: threading.Thread | None = None
+        if self.file is None:
+            assert self.proc.stdin is not None
+            with contextlib.suppress(OSError):  # a 1 MiB pipe into rg wakes it less
+                fcntl.fcntl(self.proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
+            self.feeder = Feeder(root, [Segment(index, log, 0, log.size)], b"", procs.stopped, self._fed)
+            self.pump = threading.Thread(
+                target=self.feeder.feed, args=(self.proc.stdin,), name="logstream-feed", daemon=True
+            )
+            self.pump.start()
         self.prefix = b'{"file":%s,"line_number":' % json.dumps(log.name, ensure_ascii=False).encode()
+
+    def _fed(self, file_index: int, nbytes: int) -> None:
+        self.fed += nbytes
+
+    def bytes_read(self) -> int:
+        """How far into the file rg (or the feeder, for gzip) has read."""
+        if self.file is None:
+            return self.fed
+        with contextlib.suppress(OSError):  # closed: the search is over
+            return min(os.lseek(self.file.fd, 0, os.SEEK_CUR), self.log.size)
+        return self.log.size
 
     def finish(self) -> None:
         """Wait for rg and the feeder.
@@ -120,7 +152,7 @@ class _FileSearch:
         """
         returncode = self.proc.wait()
         self.close()
-        if self.feeder.error is not None:
+        if self.feeder is not None and self.feeder.error is not None:
             raise self.feeder.error
         if returncode not in (0, 1) and not self.procs.stopped.is_set():
             self.errors.seek(0)
@@ -129,7 +161,10 @@ class _FileSearch:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
-        self.pump.join()
+        if self.pump is not None:
+            self.pump.join()
+        if self.file is not None:
+            self.file.close()
         self.procs.discard(self.proc)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
@@ -139,8 +174,10 @@ class _FileSearch:
 class MatchStream:
     """Iterating it searches `files` again and yields every match as JSON Lines, in file and line order.
 
-    `lines` counts the lines yielded so far. `tick(progress)` runs between blocks, at least every
-    TICK_S: where the job reports progress and checks for cancel; what it raises stops every rg.
+    `lines` counts the lines yielded so far. `tick(progress)` runs between blocks, about every TICK_S
+    (not after each block: it asks Redis whether the task was cancelled, and a round trip per block of
+    rg's output held the stream back): where the job reports progress and checks for cancel; what it
+    raises stops every rg.
     """
 
     def __init__(
@@ -157,8 +194,9 @@ class MatchStream:
         self.accept = query.line_filter.accepts if query.line_filter.active else None
         self.tick = tick or (lambda progress: None)
         self.lines = 0
-        self._bytes_done, self._file_number = 0, 0
-        self._lock = threading.Lock()
+        self._file_number = 0
+        self._bytes_finished = 0  # the bytes of the files searched to their end
+        self._reading: _FileSearch | None = None  # the file whose matches are being read
 
     def __iter__(self) -> Iterator[bytes]:
         procs = ProcessSet()
@@ -167,21 +205,24 @@ class MatchStream:
         try:
             while True:
                 while len(ahead) < self.workers and (following := next(upcoming, None)) is not None:
-                    ahead.append(_FileSearch(self.rg, self.root, *following, procs, self._progress))
+                    ahead.append(_FileSearch(self.rg, self.root, *following, procs))
                 if not ahead:
                     return
-                search = ahead.popleft()
+                search = self._reading = ahead.popleft()
                 self._file_number += 1
                 yield from self._read(search)
                 search.finish()
+                self._reading = None
+                self._bytes_finished += search.log.size
         finally:
             procs.stop()  # kills rg at once on a cancel or an error; a no-op after a clean end
-            for search in ahead:
-                search.close()
+            for search in [*([self._reading] if self._reading else []), *ahead]:
+                search.close()  # its rg waited for, its pipe, file and error file closed
 
     def _read(self, search: _FileSearch) -> Iterator[bytes]:
         assert search.proc.stdout is not None
         out, carry = search.proc.stdout.fileno(), b""
+        next_tick = time.monotonic() + TICK_S
         while True:
             if select.select([out], [], [], TICK_S)[0]:
                 block = os.read(out, READ_BYTES)
@@ -196,12 +237,11 @@ class MatchStream:
                 self.lines += count
                 if encoded:
                     yield encoded
-            self.tick(self.progress())
-
-    def _progress(self, file_index: int, nbytes: int) -> None:
-        with self._lock:
-            self._bytes_done += nbytes
+            if (now := time.monotonic()) >= next_tick:
+                next_tick = now + TICK_S
+                self.tick(self.progress())
 
     def progress(self) -> Progress:
         total = sum(f.size for f in self.files)
-        return Progress(self._file_number, len(self.files), self._bytes_done, total, self.lines)
+        reading = self._reading.bytes_read() if self._reading is not None else 0
+        return Progress(self._file_number, len(self.files), self._bytes_finished + reading, total, self.lines)

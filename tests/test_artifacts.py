@@ -46,7 +46,7 @@ from mcp_celery.server.edge import tokens
 from mcp_celery.server.engine.artifacts import Artifact, ArtifactReader
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.artifact_files import MARKER, FsspecArtifacts
-from mcp_celery.store.artifacts import ArtifactMeta, artifact_uri, check_name, parse_uri
+from mcp_celery.store.artifacts import ARTIFACT_FIELD_PREFIX, ArtifactMeta, artifact_uri, check_name, parse_uri
 from mcp_celery.store.schema import Keys, Lifetimes
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker.artifacts import ArtifactSink
@@ -278,6 +278,12 @@ def stack(
     worker.stop()
 
 
+def redis_keys_of(records: Any, task_id: str, name: str) -> list[str]:
+    """The keys that hold the bytes of the task's artifact `name` in Redis, as its record's entry names them."""
+    entry = records.hget(Keys(PREFIX).task(task_id), ARTIFACT_FIELD_PREFIX + name)
+    return ArtifactMeta.from_json(name, entry.decode()).redis_keys(Keys(PREFIX), task_id)
+
+
 def links(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
     assert task["status"] == "completed" and not task["result"].get("isError"), task
     return {block["name"]: block for block in task["result"]["content"] if block["type"] == "resource_link"}
@@ -370,13 +376,14 @@ def test_once_the_record_expires_its_artifacts_are_not_found_and_go(stack: Stack
     link = links(task)["matches.jsonl"]
     task_id = task["taskId"]
     record = f"{PREFIX}:task:{{{task_id}}}"
+    data_keys = []
     if stack.store == "redis":  # the bytes expire with the record: no later than it
-        data_ttl = stack.records.pttl(f"{record}:artifact:matches.jsonl")
-        assert 0 < data_ttl <= stack.records.pttl(record) + 1000
+        data_keys = redis_keys_of(stack.records, task_id, "matches.jsonl")
+        assert data_keys and all(0 < stack.records.pttl(k) <= stack.records.pttl(record) + 1000 for k in data_keys)
     else:
         assert stack.exists(PREFIX, task_id, "matches.jsonl") and stack.exists(PREFIX, task_id, MARKER)
     # The TTL runs out: Redis's own expiry removes the keys (the TTLs cut short, not the keys deleted).
-    expiring = [record, f"{record}:artifact:matches.jsonl"] if stack.store == "redis" else [record]
+    expiring = [record, *data_keys]
     for key in expiring:
         assert stack.records.pexpire(key, 1)
     wait_for(lambda: stack.records.exists(*expiring) == 0, 10, 0.01, "Redis to expire the task's keys")
@@ -453,7 +460,7 @@ def test_over_the_quota_a_search_keeps_its_count_and_says_why_it_has_no_artifact
     assert small["result"]["structuredContent"]["matches_in_artifact"] == 32  # under it, an artifact as ever
     records = store_records(own, request)
     keys = list(records.scan_iter(f"{PREFIX}:task:{{{task['taskId']}}}*"))
-    assert keys and not [k for k in keys if b"artifact" in k], keys  # no staging key stays behind
+    assert keys and not [k for k in keys if b"artifact" in k], keys  # no chunk stays behind
 
 
 @pytest.mark.store

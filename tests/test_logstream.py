@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from jobs._logfiles import expand
 from jobs._logfilters import LineFilter
-from jobs._logsearch import Query, search, search_files
+from jobs._logsearch import TICK_S, Progress, Query, search, search_files
 from jobs._logstream import SEPARATOR, MatchStream, json_lines
-from tests.logdata import BLOCK_ERRORS, big_gzip, log_lines, rg_processes, write
+from tests.logdata import BLOCK, BLOCK_ERRORS, big_gzip, log_lines, rg_processes, write
 
 PREFIX = b'{"file":"a.log","line_number":'
 
@@ -147,3 +148,62 @@ def test_a_tick_that_raises_stops_the_stream_and_kills_rg(tmp_path: Path) -> Non
             pass
     assert rg_processes(parent=os.getpid()) == []
     assert 0 < stream.lines < BLOCK_ERRORS * 300  # stopped midway
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_tick_that_raises_midway_through_a_plain_file_kills_rg_and_closes_what_the_search_opened(
+    tmp_path: Path,
+) -> None:
+    """rg reads a plain file itself (its stdin is the file): stopped, it is killed and the file closed."""
+    write(tmp_path / "big.log", BLOCK * 60)  # 1.2 million lines, ~90 MB
+    files, _ = expand(tmp_path, "*.log")
+    before = open_fds()
+
+    class Stop(BaseException):
+        pass
+
+    seen: list[int] = []
+
+    def tick(progress: Progress) -> None:
+        seen.append(progress.bytes_done)
+        if len(seen) == 3:
+            raise Stop
+
+    stream = MatchStream(tmp_path, files, Query("ERROR"), tick=tick, workers=2)
+    with pytest.raises(Stop):
+        for _ in stream:
+            pass
+    assert rg_processes(parent=os.getpid()) == []
+    assert open_fds() == before  # the log file, rg's pipe and its error file: all closed
+    assert 0 < stream.lines < BLOCK_ERRORS * 60 and 0 < seen[-1] < files[0].size  # stopped midway
+
+
+def test_ticks_come_about_every_tick_s_not_after_every_block(tmp_path: Path) -> None:
+    """Each tick is a Redis round trip in the job (the cancel check): one per block of rg's output held the
+    stream back behind Redis. Progress reaches every byte of the files, plain and gzip."""
+    write(tmp_path / "a.log", BLOCK * 30)
+    big_gzip(tmp_path / "b.log.gz", members=20)
+    files, _ = expand(tmp_path, "*")
+    ticks: list[tuple[float, Progress]] = []
+    stream = MatchStream(tmp_path, files, Query("ERROR"), tick=lambda p: ticks.append((time.monotonic(), p)))
+    blocks = sum(1 for _ in stream)
+    assert stream.lines == BLOCK_ERRORS * 50 and blocks > 10
+    gaps = [b[0] - a[0] for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert all(gap >= TICK_S * 0.9 for gap in gaps), min(gaps)
+    done = [p.bytes_done for _, p in ticks]
+    assert done == sorted(done) and stream.progress().bytes_done == sum(f.size for f in files)
+
+
+def test_a_file_swapped_for_a_symlink_out_of_the_root_after_the_listing_is_refused(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    write(outside / "secret.log", ["2026-11-30T00:00:00Z ERROR secret-marker"])
+    write(root / "app.log", ["2026-11-30T00:00:00Z ERROR mine"])
+    files, _ = expand(root, "*.log")
+    (root / "app.log").unlink()
+    (root / "app.log").symlink_to(outside / "secret.log")  # as if swapped in after expand()
+    with pytest.raises(RuntimeError, match="app.log"):
+        list(MatchStream(root, files, Query("ERROR")))
+    assert rg_processes(parent=os.getpid()) == []

@@ -31,8 +31,8 @@ COMMANDS = (
     # looks for open requests), the approval page's sign-in attempts (a success is taken back; redis-py's
     # incr and decr send INCRBY and DECRBY)
     "pttl", "hkeys", "getrange", "incrby", "decrby",
-    # a task's live output (ctx.output); an artifact streamed into Redis in pieces, then renamed whole
-    "append", "rename",
+    # a task's live output (ctx.output)
+    "append",
     # the approval page's OpenID Connect sign-in attempts, each taken once
     "getdel",
 )  # fmt: skip

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, cast
 
 from mcp_celery.store import scripts
+from mcp_celery.store.artifacts import ArtifactMeta
 from mcp_celery.store.commands import AsyncPipelined, is_cluster, publish_command, queue_script
 from mcp_celery.store.connect import AsyncRedis, rediscover_primary_async
 from mcp_celery.store.ended import STREAM_MAXLEN, EndedEntry
@@ -355,14 +356,22 @@ class AsyncStore:
         """True for the one caller that launches the workflow's merge step (`mcp_celery.core.workflows`)."""
         return bool(await self.redis.hsetnx(self.keys.task(task_id), FIELD.MERGING, now_ms))  # type: ignore[misc]
 
-    async def artifact_bytes(self, task_id: str, name: str, start: int, end: int) -> bytes | None:
-        """Bytes `start` to `end` (exclusive) of an artifact kept in Redis; None when its key is gone."""
-        key = self.keys.artifact(task_id, name)
+    async def artifact_bytes(self, task_id: str, meta: ArtifactMeta, start: int, end: int) -> bytes | None:
+        """Bytes `start` to `end` (exclusive, within its size) of an artifact kept in Redis, from the one key
+        or the chunks they lie in, in one round trip; None when a key is gone (the task expired meanwhile)."""
+        keys, spans = meta.redis_keys(self.keys, task_id), meta.spans(start, end)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(key)
-            pipe.getrange(key, start, end - 1)
-            found, data = await pipe.execute()
-        return bytes(data) if found and end > start else (b"" if found else None)
+            if not meta.chunk_bytes:  # one key: an empty range of it must tell whether it is there
+                pipe.exists(keys[0])
+            for index, first, stop in spans:
+                pipe.getrange(keys[index], first, stop - 1)
+            found = await pipe.execute()
+        if not meta.chunk_bytes and not found.pop(0):
+            return None
+        # A chunk holds all the bytes a span asks of it: fewer means it is gone (GETRANGE of no key is empty).
+        if any(len(data) != stop - first for data, (_, first, stop) in zip(found, spans, strict=True)):
+            return None
+        return b"".join(found)
 
     async def output(self, task_id: str) -> tuple[int, bytes]:
         """The task's live output as stored, and the bytes dropped before it (`mcp_celery.store.output`)."""

@@ -184,9 +184,9 @@ class Keys:
         """The bytes of a task's artifact `name` (`MCP_CELERY_ARTIFACTS=redis`; `mcp_celery.store.artifacts`)."""
         return f"{self.task(task_id)}:artifact:{name}"
 
-    def artifact_staging(self, task_id: str, name: str) -> str:
-        """Where an artifact streamed into Redis is written in pieces, then renamed to `artifact` when whole."""
-        return f"{self.task(task_id)}:artifact-staging:{name}"
+    def artifact_chunk(self, task_id: str, chunk_id: str, index: int) -> str:
+        """Chunk `index` of the bytes of an artifact streamed into Redis (`ArtifactMeta.chunk_id` names the write)."""
+        return f"{self.task(task_id)}:artifact-chunk:{chunk_id}:{index}"
 
     def output(self, task_id: str) -> str:
         """The task's live output (`ctx.output`; `mcp_celery.store.output`), expiring with the record."""

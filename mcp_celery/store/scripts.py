@@ -321,22 +321,30 @@ return 'parked'
 """
 
 
-# KEYS[1] task hash, then KEYS[2] the artifact's bytes when they are kept in Redis, and KEYS[3] the
-# staging key they were streamed into (`Keys.artifact_staging`) when they are not in ARGV[5].
+# KEYS[1] task hash, then the keys that hold the new artifact's bytes in Redis (ARGV[5] of them: none
+# when a file system holds them; one key when the bytes are in ARGV[7]; else the chunks the worker
+# streamed, `SyncStore.stage_artifact`), then the keys of the artifact of that name it replaces, as
+# the caller found it (ARGV[6], its entry, '' for none).
 # ARGV[1] the artifact's name, ARGV[2] its meta (JSON), ARGV[3] its size, ARGV[4] the task's quota
-# (bytes of artifacts in Redis) or '', ARGV[5] the bytes (with KEYS[2] alone).
+# (bytes of artifacts in Redis) or '', ARGV[5] how many keys the new bytes take, ARGV[6] the entry it
+# replaces as the caller read it, ARGV[7] the bytes, set here (absent: the keys were written already).
 # An artifact of a task whose record still exists, in one step: the quota counts every other
-# artifact of the task (one written again under the same name replaces it); the bytes, set or
-# renamed from the staging key, expire with the record as it stands (JOB_END's caller expires them
-# again with it, `SyncStore.expire_artifacts`). A staging key is deleted whatever the outcome.
-# Returns {1, 0} when stored, {0, used} when over the quota, {-1, 0} when the record is gone.
+# artifact of the task (one written again under the same name replaces it, and its keys go); the new
+# keys expire with the record as it stands (JOB_END's caller expires them again with it,
+# `SyncStore.expire_artifacts`). Chunks written already are deleted when refused, so that nothing stays
+# behind. Returns {1, 0} when stored, {0, used} when over the quota, {-1, 0} when the record is gone, and
+# {-2, 0} when the entry it replaces changed since the caller read it (nothing done: read it again).
 ARTIFACT_PUT = f"""
+local count = tonumber(ARGV[5])
 local function refuse(code, used)
-  if #KEYS > 2 then redis.call('DEL', KEYS[3]) end
+  if #ARGV < 7 then
+    for i = 2, count + 1 do redis.call('DEL', KEYS[i]) end
+  end
   return {{code, used}}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return refuse(-1, 0) end
 local field = '{ARTIFACT_PREFIX}' .. ARGV[1]
+if (redis.call('HGET', KEYS[1], field) or '') ~= ARGV[6] then return {{-2, 0}} end
 if ARGV[4] ~= '' then
   local used = 0
   local all = redis.call('HGETALL', KEYS[1])
@@ -347,18 +355,15 @@ if ARGV[4] ~= '' then
   end
   if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return refuse(0, used) end
 end
-if #KEYS > 2 then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
-    redis.call('RENAME', KEYS[3], KEYS[2])
-  else
-    redis.call('SET', KEYS[2], '')
-  end
-elseif #KEYS > 1 then
-  redis.call('SET', KEYS[2], ARGV[5])
+if #ARGV >= 7 then redis.call('SET', KEYS[2], ARGV[7]) end
+local new = {{}}
+for i = 2, count + 1 do new[KEYS[i]] = true end
+for i = count + 2, #KEYS do
+  if not new[KEYS[i]] then redis.call('DEL', KEYS[i]) end
 end
-if #KEYS > 1 then
-  local ttl = redis.call('PTTL', KEYS[1])
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) elseif ttl == -1 then redis.call('PERSIST', KEYS[2]) end
+local ttl = redis.call('PTTL', KEYS[1])
+for i = 2, count + 1 do
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl) elseif ttl == -1 then redis.call('PERSIST', KEYS[i]) end
 end
 redis.call('HSET', KEYS[1], field, ARGV[2])
 return {{1, 0}}

@@ -6,7 +6,8 @@ artifact's entry; the server lists every entry as a `resource_link` in the task'
 the bytes (`resources/read`, the HTTP download). A name written again replaces the earlier artifact.
 
 A file (`path=`) and a stream (`data=` an iterable of bytes, e.g. a generator) are never read into
-memory whole: Redis gets them a few MiB at a time, an fsspec store as a file written as it comes.
+memory whole: Redis gets them in chunks of a few MiB as they come, an fsspec store as a file written as it
+comes.
 """
 
 from __future__ import annotations
@@ -87,8 +88,7 @@ class ArtifactSink:
 
     def _put_stream(self, name: str, pieces: Iterable[bytes], mime_type: str) -> ArtifactMeta:
         if self._files is None:
-            size, digest = self._store.stage_artifact(self._task_id, name, pieces, self._quota)
-            meta = ArtifactMeta(name, size, mime_type, digest)
+            meta = self._store.stage_artifact(self._task_id, name, mime_type, pieces, self._quota)
             self._store.put_artifact(self._task_id, meta, None, self._quota, staged=True)
         else:
             size, digest = self._files.put_stream(self._task_id, name, pieces)

@@ -58,7 +58,7 @@ class ArtifactReader:
         end = artifact.meta.size if end is None else end
         if self.files is None:
             for at in range(start, end, CHUNK):
-                data = await self.store.artifact_bytes(artifact.task_id, artifact.meta.name, at, min(at + CHUNK, end))
+                data = await self.store.artifact_bytes(artifact.task_id, artifact.meta, at, min(at + CHUNK, end))
                 if data is None:
                     raise FileNotFoundError(artifact.meta.name)
                 yield data
