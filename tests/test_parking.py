@@ -398,4 +398,4 @@ async def cancel_after(service: TaskService, task_id: str, park: Callable[[], No
         await asyncio.to_thread(park)
         await service.cancel_task(found)
     finally:
-        await service.store.redis.aclose()
+        await service.store.aclose()

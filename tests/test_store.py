@@ -149,6 +149,30 @@ def test_a_taken_mark_that_comes_after_the_job_parked_is_not_written_and_the_res
     assert client.hexists(key, FIELD.TAKEN)
 
 
+def test_a_run_lost_after_its_job_parked_leaves_the_task_parked_and_the_resumed_run_ends_it(
+    store_redis: redis.Redis,
+) -> None:
+    """A pool process killed after its job parked but before Celery heard the run end (a warm shutdown's
+    SIGTERM to the worker's process group): the worker's main process stores the loss as the job's outcome
+    (`failed_outside_the_job`). The park stands, its lifetime too; the resumed run's outcome is the task's."""
+    client = redis.Redis(connection_pool=store_redis.connection_pool)
+    keys = Keys(f"store-test-{uuid.uuid4()}")
+    store = SyncStore(client, keys, Lifetimes(60, 60))
+    key = stored(store, "parks", now_ms())
+    assert store.job_started("parks", 30_000) is not None
+    question = json.dumps({"method": "elicitation/create", "params": {"message": "go?"}})
+    store.post_inputs("parks", {"q-1": question}, now_ms())
+    assert store.park("parks", ["q-1"], now_ms() + 600_000, '{"task": "t"}') == "parked"
+    parked_for = client.ttl(key)
+    lost = {"status": "FAILURE", "error": "WorkerLostError('Worker exited prematurely: signal 15 (SIGTERM)')"}
+    store.job_ended("parks", asked=True, outcome=lost)
+    assert not client.hexists(key, FIELD.OUTCOME) and client.hexists(key, FIELD.PARKED)
+    assert client.ttl(key) > 60 and client.ttl(key) >= parked_for - 5  # not cut to the TTL from now
+    assert asyncio.run(answer_once(keys, "parks", "q-1")) == '{"task": "t"}'
+    store.job_ended("parks", asked=True, outcome={"status": "SUCCESS", "result": "done"})
+    assert json.loads(client.hget(key, FIELD.OUTCOME) or b"{}")["result"] == "done"
+
+
 async def answer_once(keys: Keys, task_id: str, wire_key: str) -> str | None:
     """The server's ANSWER of one request; the resume signature it returns."""
     client = async_client(redis_target(os.environ.get("TEST_MARKERS_URL") or os.environ["TEST_RESULT_BACKEND"]))
