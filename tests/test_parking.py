@@ -187,7 +187,12 @@ def test_parked_jobs_survive_a_warm_and_a_cold_worker_stop_and_answers_given_whi
         for task_id in created:
             wait_for(lambda t=task_id: asking_parked(client, t), 60, 0.05, f"{task_id} to ask and park")
     finally:
-        first.kill(signal.SIGTERM)  # a deploy: a warm shutdown, which waits for nothing now
+        # A deploy: Celery's warm shutdown (SIGTERM to the main process, which stops its pool), with no job
+        # to wait for now. (A SIGTERM to the whole process group can kill a pool process still finishing
+        # the run that parked: the task stays parked all the same, `test_store`.)
+        first.proc.send_signal(signal.SIGTERM)
+        first.proc.wait(timeout=60)
+        first.stop()  # nothing left by now; a pool process the shutdown left behind would go here
     second = one_worker(parking_env, tmp_path / "second.log")
     held = start(client, "park_at_once", marker=f"{run}-held", work_s=PATIENT_GRACE_S)  # busy long before asking
     wait_for(lambda: counted(f"{run}-held", "before") == 1, 60, 0.05, "the second worker to run a job")
