@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.results import Latencies, Results, Window
+from bench.results import ABFigures, Latencies, Results, Window
 
 
 @dataclass(frozen=True)
@@ -194,12 +194,31 @@ def fallback_cost(r: Results) -> Goal:
     f = r.fallback
     if f is None:
         return _not_measured(d)
-    x, c = f.sync, f.sync_control
-    figure = (
-        f"{x.big_p50_ms:.3f} vs {x.small_p50_ms:.3f} ms = {x.ratio:.3f}× (95% CI {x.ci_low:.3f}–{x.ci_high:.3f}×), "
-        f"{f.rounds} rounds × {f.slice_s:g} s; control / on {c.ratio:.3f}×"
-    )
+    x = f.sync
+    figure = _interleaved_figure(x, f.sync_control, "control / on", f.rounds, f.slice_s)
     return Goal(d, abs(x.ratio - 1) <= 0.10, figure, x.ratio, 1.10, x.ratio / 1.10)
+
+
+def idempotency_cost(r: Results) -> Goal:
+    """Issue 47: a tools/call with an idempotency key costs at most 1.1x one without (p50, same run).
+
+    On one Redis server the key's claim is taken in the script that writes the task's record: no round
+    trip more, only the script's own work and the key's digests."""
+    d = "idempotency key: tools/call p50 with a key at most 1.1× without"
+    f = r.idempotency
+    if f is None:
+        return _not_measured(d)
+    x = f.keyed
+    figure = _interleaved_figure(x, f.control, "control (no key / no key)", f.rounds, f.slice_s)
+    return Goal(d, x.ratio <= 1.10, figure, x.big_p50_ms, x.small_p50_ms, x.ratio)
+
+
+def _interleaved_figure(x: ABFigures, control: ABFigures, control_label: str, rounds: int, slice_s: float) -> str:
+    """An interleaved A/B as a goal's figure: both p50s, their ratio and its 95% CI, the rounds, the control."""
+    return (
+        f"{x.big_p50_ms:.3f} vs {x.small_p50_ms:.3f} ms = {x.ratio:.3f}× (95% CI {x.ci_low:.3f}–{x.ci_high:.3f}×), "
+        f"{rounds} rounds × {slice_s:g} s; {control_label} {control.ratio:.3f}×"
+    )
 
 
 GOALS: tuple[Callable[[Results], Goal], ...] = (
@@ -216,6 +235,7 @@ GOALS: tuple[Callable[[Results], Goal], ...] = (
     cancel_parked,
     metrics_cost,
     fallback_cost,
+    idempotency_cost,
 )
 
 

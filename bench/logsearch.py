@@ -1,12 +1,17 @@
-"""python -m bench.logsearch [--size-gb 1]: the `log_search` tool against GNU grep on the same log.
+"""python -m bench.logsearch [--size-gb 0.365]: `log_search` with every match delivered, against `grep -n > out`.
 
 Generates a realistic log (ISO timestamp, level, service, message) into a temporary directory
 (deleted afterwards, never committed), starts a private redis-server, a prefork
-`celery -A jobs worker` and `mcp-celery serve -A jobs --http`, then times, interleaved, for each
-pattern: `grep -F -c` / `grep -E -c` on the file, and our tool from the `tools/call` to the
-result, (a) as a task polled with `tasks/get` every POLL_S and (b) as a synchronous call (a client
-without the tasks extension: the server answers when the job ends). The page cache is warmed
-first, so both read the log from memory. `total_matches` must equal grep's count.
+`celery -A jobs worker -c 2` and `mcp-celery serve -A jobs --http`, then times, interleaved, for
+patterns matching about 1 k, 100 k, 500 k and 1.4 M lines: `grep -n PATTERN FILE > out` (the
+reference: every matching line, numbered, written to a file), and our tool from the `tools/call` to
+the completed task (polled with `tasks/get` every POLL_S), its first 1000 matches inline and every
+match in the `matches.jsonl` artifact, in Redis. The page cache is warmed first, so both read the log
+from memory. Each case checks that `total_matches` and `matches_in_artifact` equal grep's count, and
+(once, outside the timing) that the downloaded artifact has that many lines.
+
+Memory: the worker's pool processes' peak RSS (VmHWM) after the 1 k case and after all, and Redis's
+`used_memory` before and after one delivery per stored match (the artifact is deleted after each run).
 Prints a table and writes bench/results-logsearch.md. Run it with `nice -n 10`.
 """
 
@@ -37,13 +42,16 @@ from jobs._logsearch import available_cpus
 from mcp_celery.testing.processes import Process, free_port
 
 POLL_S = 0.005
-GOALS = {"literal": 1.5, "regex": 2.0}  # allowed time relative to grep -F -c / grep -E -c
-CASES = [  # (kind, pattern, what it models)
-    ("literal", "connection reset by peer", "a common message, ~10% of lines"),
-    ("literal", "disk usage 99%", "a rare message, ~0.04% of lines"),
-    ("regex", "ERROR .*timeout after [0-9]+", "a level then a message, ~0.7% of lines"),
-    ("regex", "user=99[0-9]{4} logged in", "a range of user ids, ~0.1% of lines"),
+GOAL = 1.5  # our time over grep -n > out's, at each size
+RSS_GOAL = 1.2  # the worker's peak RSS after every case over its peak after the 1 k case
+CASES = [  # (kind, pattern, what it models); on the default 0.365 GB log
+    ("literal", "disk usage 99%", "a rare message, about 1 k lines: the memory baseline"),
+    ("regex", "ERROR .*(timeout|reset|slow)", "a level then some messages, about 100 k lines"),
+    ("literal", "WARN", "a level, about 500 k lines"),
+    ("literal", " ms", "every timing, about 1.4 M lines"),
 ]
+#: The artifact of 1.4 M matches is about 200 MB: more than the default quota of artifacts in Redis.
+ARTIFACT_MAX_BYTES = 512 << 20
 
 LEVELS, LEVEL_WEIGHTS = ["DEBUG", "INFO ", "WARN ", "ERROR", "FATAL"], [20, 60, 12, 7, 1]
 SERVICES = ["api", "auth", "billing", "search", "worker", "scheduler", "gateway", "storage"]
@@ -114,6 +122,7 @@ def start_stack(log_root: Path) -> Stack:
         "CELERY_RESULT_BACKEND": f"{bench_redis.url}/1",
         "JOBS_LOG_ROOT": str(log_root),
         "MCP_CELERY_SYNC_TIMEOUT_S": "300",
+        "MCP_CELERY_ARTIFACT_MAX_BYTES": str(ARTIFACT_MAX_BYTES),
         # One search at a time, as grep runs: it may use every CPU (the worker's default is CPUs / concurrency).
         "JOBS_LOG_SEARCH_PROCESSES": str(available_cpus()),
     }
@@ -145,6 +154,7 @@ class Caller:
         return parse(self.http.post(self.url, content=body, headers=headers))
 
     def as_task(self, args: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        """Seconds from the `tools/call` to the completed task, and the task."""
         started = time.perf_counter()
         created = self.rpc("tools/call", {"name": "log_search", "arguments": args}, "log_search")
         task_id = created["taskId"]
@@ -155,24 +165,45 @@ class Caller:
         elapsed = time.perf_counter() - started
         if task["status"] != "completed" or task["result"].get("isError"):
             raise RuntimeError(f"log_search did not complete: {task}")
-        return elapsed, task["result"]["structuredContent"]
+        return elapsed, task
 
-    def synchronous(self, args: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-        started = time.perf_counter()
-        result = self.rpc("tools/call", {"name": "log_search", "arguments": args}, "log_search", declare=False)
-        elapsed = time.perf_counter() - started
-        if result.get("isError"):
-            raise RuntimeError(f"log_search failed: {result}")
-        return elapsed, result["structuredContent"]
+    def artifact_lines(self, task: dict[str, Any]) -> int:
+        """The lines of the task's `matches.jsonl`, downloaded over HTTP a chunk at a time."""
+        (link,) = [c for c in task["result"]["content"] if c.get("name") == "matches.jsonl"]
+        url = self.url.removesuffix("/mcp") + f"/artifacts/{task['taskId']}/matches.jsonl"
+        lines = 0
+        with self.http.stream("GET", url) as answer:
+            answer.raise_for_status()
+            for chunk in answer.iter_bytes(1 << 20):
+                lines += chunk.count(b"\n")
+        assert link["size"] > 0
+        return lines
 
 
-def run_grep(flag: str, pattern: str, path: Path) -> tuple[float, int]:
+def run_grep(kind: str, pattern: str, path: Path, out: Path) -> tuple[float, int]:
+    """`grep -n PATTERN FILE > out` (-F or -E): seconds, and the lines it wrote."""
+    flag = "-F" if kind == "literal" else "-E"
     started = time.perf_counter()
-    done = subprocess.run(["grep", flag, "-c", "--", pattern, str(path)], capture_output=True, text=True, check=False)
+    with out.open("wb") as sink:
+        done = subprocess.run(["grep", flag, "-n", "--", pattern, str(path)], stdout=sink, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode not in (0, 1):
-        raise RuntimeError(f"grep failed: {done.stderr}")
-    return elapsed, int(done.stdout)
+        raise RuntimeError(f"grep failed with {done.returncode}")
+    with out.open("rb") as written:
+        lines = sum(block.count(b"\n") for block in iter(lambda: written.read(1 << 20), b""))
+    return elapsed, lines
+
+
+def pool_peak_rss(worker_pid: int) -> int:
+    """The highest peak RSS (VmHWM, bytes) of the worker's pool processes so far."""
+    children = []
+    for task in Path(f"/proc/{worker_pid}/task").iterdir():
+        children += (task / "children").read_text().split()
+    peaks = [0]
+    for child in children:
+        status = Path(f"/proc/{child}/status").read_text()
+        peaks += [int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")]
+    return max(peaks)
 
 
 def cpu_sample() -> tuple[float, int, int]:
@@ -205,50 +236,98 @@ class Row:
     pattern: str
     about: str
     grep_s: list[float]
-    task_s: list[float]
-    sync_s: list[float]
+    ours_s: list[float]
     grep_count: int
-    counts: set[int]
+    counts: set[tuple[int, int]]  # (total_matches, matches_in_artifact) of each run
+    artifact_lines: int
+    artifact_bytes: int
+    redis_bytes: int  # Redis's used_memory grown by one delivery
 
-    def ratio(self, times: list[float]) -> float:
-        return statistics.median(times) / statistics.median(self.grep_s)
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ours_s) / statistics.median(self.grep_s)
 
     @property
     def verdict(self) -> str:
-        ok = max(self.ratio(self.task_s), self.ratio(self.sync_s)) <= GOALS[self.kind]
-        same = self.counts == {self.grep_count}
-        return ("met" if ok else "MISSED") + ("" if same else f" (COUNT MISMATCH {sorted(self.counts)})")
+        same = self.counts == {(self.grep_count, self.grep_count)} and self.artifact_lines == self.grep_count
+        verdict = "met" if self.ratio <= GOAL else "MISSED"
+        return verdict + ("" if same else f" (COUNT MISMATCH {sorted(self.counts)}, {self.artifact_lines} lines)")
 
 
-def measure(caller: Caller, path: Path, reps: int, note: Callable[[str], None]) -> list[Row]:
-    rows = []
+@dataclass
+class Memory:
+    idle: int  # the pool processes' peak RSS before the first search
+    after_1k: int  # ... after the 1 k case
+    after_all: int  # ... after every case
+
+    @property
+    def ratio(self) -> float:
+        return self.after_all / self.after_1k
+
+
+def measure(
+    caller: Caller, stack: Stack, path: Path, reps: int, note: Callable[[str], None]
+) -> tuple[list[Row], Memory]:
+    rows, worker = [], stack.worker.pid
+    memory = Memory(pool_peak_rss(worker), 0, 0)
+    redis = stack.redis.client(1)  # the store follows Celery's results: database 1
     for kind, pattern, about in CASES:
-        args = {"paths": path.name, "pattern": pattern, "regex": kind == "regex"}
-        row = Row(kind, pattern, about, [], [], [], 0, set())
-        caller.as_task(args)  # warm-up: the worker process imports, rg's binary is cached
-        for _ in range(reps):
-            seconds, row.grep_count = run_grep("-F" if kind == "literal" else "-E", pattern, path)
+        args = {"paths": path.name, "pattern": pattern, "regex": kind == "regex", "max_matches": 1000}
+        row = Row(kind, pattern, about, [], [], 0, set(), 0, 0, 0)
+        for rep in range(reps):
+            seconds, row.grep_count = run_grep(kind, pattern, path, path.with_name("grep.out"))
             row.grep_s.append(seconds)
-            for times, call in ((row.task_s, caller.as_task), (row.sync_s, caller.synchronous)):
-                seconds, result = call(args)
-                times.append(seconds)
-                row.counts.add(result["total_matches"])
-        note(f"{kind:8} {pattern!r}: grep {statistics.median(row.grep_s):.3f} s, "
-             f"task {statistics.median(row.task_s):.3f} s, sync {statistics.median(row.sync_s):.3f} s")  # fmt: skip
+            before = int(redis.info("memory")["used_memory"])
+            seconds, task = caller.as_task(args)
+            row.ours_s.append(seconds)
+            result = task["result"]["structuredContent"]
+            row.counts.add((result["total_matches"], result["matches_in_artifact"] or 0))
+            if rep == 0:  # outside the timing: what the artifact holds, and what it costs Redis
+                row.redis_bytes = int(redis.info("memory")["used_memory"]) - before
+                row.artifact_lines = caller.artifact_lines(task)
+                row.artifact_bytes = next(
+                    c["size"] for c in task["result"]["content"] if c.get("name") == "matches.jsonl"
+                )
+            redis.delete(f"mcp-celery:task:{{{task['taskId']}}}:artifact:matches.jsonl")
+        if not rows:
+            memory.after_1k = pool_peak_rss(worker)
+        note(f"{kind:8} {pattern!r}: {row.grep_count:,} lines, grep -n {statistics.median(row.grep_s):.3f} s, "
+             f"ours {statistics.median(row.ours_s):.3f} s ({row.ratio:.2f}x)")  # fmt: skip
         rows.append(row)
-    return rows
+    memory.after_all = pool_peak_rss(worker)
+    return rows, memory
 
 
 def table(rows: list[Row], size: int) -> list[str]:
     def rate(times: list[float]) -> str:
         return f"{statistics.median(times):.3f} s ({size / statistics.median(times) / 1e9:.2f} GB/s)"
 
-    head = "| kind | pattern | matching lines | grep -c | ours, task + tasks/get | ours, synchronous | ratio | goal |"
-    return [head, "|---|---|---:|---:|---:|---:|---:|---|"] + [
-        f"| {r.kind} | `{r.pattern}` ({r.about}) | {r.grep_count:,} | {rate(r.grep_s)} | {rate(r.task_s)} | "
-        f"{rate(r.sync_s)} | {r.ratio(r.task_s):.2f}x / {r.ratio(r.sync_s):.2f}x | <= {GOALS[r.kind]}x: {r.verdict} |"
+    head = "| pattern | matching lines | grep -n > out | ours, every match delivered | ratio | goal |"
+    return [head, "|---|---:|---:|---:|---:|---|"] + [
+        f"| `{r.pattern}` ({r.kind}; {r.about}) | {r.grep_count:,} | {rate(r.grep_s)} | {rate(r.ours_s)} | "
+        f"{r.ratio:.2f}x | <= {GOAL}x: {r.verdict} |"
         for r in rows
     ]
+
+
+def memory_lines(rows: list[Row], memory: Memory) -> list[str]:
+    mib = 1 << 20
+    verdict = "met" if memory.ratio <= RSS_GOAL else "MISSED"
+    lines = [
+        f"- The worker's pool processes' peak RSS (VmHWM): {memory.idle / mib:.0f} MiB idle, "
+        f"{memory.after_1k / mib:.0f} MiB after the {rows[0].grep_count:,}-match case, "
+        f"{memory.after_all / mib:.0f} MiB after all of them ({rows[-1].grep_count:,} matches the most): "
+        f"{memory.ratio:.2f}x, goal <= {RSS_GOAL}x: {verdict}.",
+        "- Redis memory per stored match (`used_memory` grown by one delivery, over the matches; "
+        "the artifact's own bytes per match beside it):",
+    ]
+    for r in rows:
+        per = r.redis_bytes / r.grep_count if r.grep_count else 0.0
+        lines.append(
+            f"    - `{r.pattern}`: {per:.0f} B per match ({r.redis_bytes / mib:.1f} MiB for {r.grep_count:,}); "
+            f"the artifact {r.artifact_bytes / r.grep_count if r.grep_count else 0:.0f} B per match"
+        )
+    return lines
 
 
 def describe_machine() -> list[str]:
@@ -266,8 +345,8 @@ def describe_machine() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.logsearch", description=__doc__.splitlines()[0])
-    parser.add_argument("--size-gb", type=float, default=1.0, help="size of the generated log (default 1)")
-    parser.add_argument("--reps", type=int, default=5, help="timed runs of each tool per pattern (default 5)")
+    parser.add_argument("--size-gb", type=float, default=0.365, help="size of the generated log (default 0.365)")
+    parser.add_argument("--reps", type=int, default=3, help="timed runs of each tool per pattern (default 3)")
     parser.add_argument("--out", type=Path, default=BENCH / "results-logsearch.md")
     options = parser.parse_args(argv)
     if shutil.which("grep") is None:
@@ -289,29 +368,36 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
     stack = start_stack(workdir)
     MY_SESSIONS.add(os.getsid(0))  # grep runs in ours: its CPU is not another user's
     try:
+        caller = Caller(stack.url)
+        caller.as_task({"paths": path.name, "pattern": "FATAL"})  # warm-up: imports, rg's binary cached
         probe = cpu_sample()
-        rows = measure(Caller(stack.url), path, options.reps, print)
+        rows, memory = measure(caller, stack, path, options.reps, print)
         foreign = foreign_share(probe, cpu_sample())
     finally:
         stack.stop()
-    report = _report(rows, options.size_gb, size, lines, options.reps, foreign)
+    report = _report(rows, memory, options, size, lines, foreign)
     print("\n".join(report))
     options.out.write_text("\n".join(report) + "\n")
     print(f"wrote {options.out}")
-    return 0 if all(r.verdict == "met" for r in rows) else 1
+    ok = all(r.verdict == "met" for r in rows) and memory.ratio <= RSS_GOAL
+    return 0 if ok else 1
 
 
-def _report(rows: list[Row], size_gb: float, size: int, lines: int, reps: int, foreign: float) -> list[str]:
+def _report(
+    rows: list[Row], memory: Memory, options: argparse.Namespace, size: int, lines: int, foreign: float
+) -> list[str]:
     return [
-        "# log_search against GNU grep",
+        "# log_search, every match delivered, against grep -n",
         "",
-        f"`python -m bench.logsearch --size-gb {size_gb:g}`: a generated {size / 1e9:.2f} GB log "
-        f"({lines:,} lines: ISO timestamp, level, service, message), read from the page cache by both tools.",
-        f"Medians of {reps} interleaved runs per tool. grep: `grep -F -c` (literal) or `grep -E -c` (regex) on the "
-        "file. Ours: `log_search` through `mcp-celery serve -A jobs --http` and a prefork `celery -A jobs worker` "
-        f"(2 processes; `JOBS_LOG_SEARCH_PROCESSES={available_cpus()}`, since one search runs at a time), from the "
-        f"`tools/call` request to the result: as a task polled every {POLL_S * 1000:.0f} ms "
-        "with `tasks/get`, and as a synchronous call. GB/s is the log's size over that time.",
+        f"`python -m bench.logsearch --size-gb {options.size_gb:g}`: a generated {size / 1e9:.2f} GB log "
+        f"({lines:,} lines: ISO timestamp, level, service, message), read from the page cache by both tools. "
+        f"Medians of {options.reps} interleaved runs per tool. The reference is `grep -F -n PATTERN FILE > out` "
+        "(`-E` for the regex): every matching line, numbered, written to a file. Ours: `log_search` "
+        "(`max_matches` 1000) through `mcp-celery serve -A jobs --http` and a prefork `celery -A jobs worker -c 2` "
+        f"(`JOBS_LOG_SEARCH_PROCESSES={available_cpus()}`, since one search runs at a time), from the "
+        f"`tools/call` request to the completed task (polled every {POLL_S * 1000:.0f} ms with `tasks/get`): "
+        "the count and the first 1000 matches inline, every match in the `matches.jsonl` artifact (JSON Lines) "
+        "in Redis. GB/s is the log's size over that time.",
         "",
         *describe_machine(),
         f"- Other processes used {foreign:.0%} of the machine's CPU during the timed runs (the cores are shared; "
@@ -319,8 +405,10 @@ def _report(rows: list[Row], size_gb: float, size: int, lines: int, reps: int, f
         "",
         *table(rows, size),
         "",
-        "`matching lines` is grep's count; `goal` also checks that every run's `total_matches` equalled it. "
-        "`ratio` is ours over grep's median time (task / synchronous).",
+        "`matching lines` is grep's; `goal` also checks that every run's `total_matches` and `matches_in_artifact` "
+        "equalled it, and that the artifact, downloaded, has that many lines. `ratio` is ours over grep's median.",
+        "",
+        *memory_lines(rows, memory),
     ]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.config import CANCEL_CHECKPOINT_S, POLL_INTERVAL_S, RunConfig
 from bench.goals import Goal, issue14_goals
-from bench.results import PACKAGES, Results, ScalingFigures, TaskServerFigures
+from bench.results import PACKAGES, ABFigures, Results, ScalingFigures, TaskServerFigures
 from bench.table import fmt, ratios_table, results_table
 
 SUSPECT_FOREIGN_CPU = 0.10  # windows where other processes used this share of the machine or more
@@ -176,20 +176,51 @@ def fallback_section(r: Results) -> list[str]:
     f = r.fallback
     if f is None:
         return []
-    ab, aa = f.sync, f.sync_control
-    return [
-        "",
-        "### Plain-host fallback cost",
-        "",
+    intro = (
         "Three `mcp-celery serve` processes over the bench Redis and one prefork worker, identical but for "
         "MCP_CELERY_TOOL_FALLBACK=false on one, measured in alternating c=1 slices of synchronous `tools/call` "
         f"(no extension declared) of a trivial job ({f.rounds} rounds × {f.slice_s:g} s per side, after a warm-up "
-        "round); the third, fallback on too, is a control. Ratio: p50 on / off, 95% CI from a paired-round bootstrap.",
+        "round); the third, fallback on too, is a control. Ratio: p50 on / off, 95% CI from a paired-round bootstrap."
+    )
+    columns = ("fallback on p50 ms", "off p50 ms", "on / off", "control: a second on server / on", "on / off")
+    return _interleaved_table(
+        "Plain-host fallback cost", intro, columns, "synchronous tools/call, trivial job", f.sync, f.sync_control
+    )
+
+
+def idempotency_section(r: Results) -> list[str]:
+    """tools/call with an idempotency key against without one (the `idempotency` phase)."""
+    f = r.idempotency
+    if f is None:
+        return []
+    intro = (
+        "One `mcp-celery serve` over the bench Redis (its prefork worker paused, so that no job shares the "
+        "slices), measured in alternating c=1 slices of `tools/call`-to-handle of a trivial job with a fresh "
+        f"`Idempotency-Key` per call and without one ({f.rounds} rounds × {f.slice_s:g} s per side, after a "
+        "warm-up round); a second side without a key is the control. Ratio: p50 with / without, 95% CI from a "
+        "paired-round bootstrap."
+    )
+    columns = ("with a key p50 ms", "without p50 ms", "with / without", "control: without / without", "with / without")
+    return _interleaved_table(
+        "Idempotency keys' cost", intro, columns, "tools/call to the task handle, trivial job", f.keyed, f.control
+    )
+
+
+def _interleaved_table(
+    title: str, intro: str, columns: tuple[str, ...], request: str, ab: ABFigures, aa: ABFigures
+) -> list[str]:
+    """A section of one interleaved A/B: its heading, how it was run, and one row (both p50s, the ratio and
+    its 95% CI, the control's, the samples). `columns`: the two p50s, the ratio, the control, the samples' sides."""
+    big, small, ratio, control, sides = columns
+    return [
         "",
-        "| request | fallback on p50 ms | off p50 ms | on / off (95% CI) | control: a second on server / on | "
-        "samples on / off |",
+        f"### {title}",
+        "",
+        intro,
+        "",
+        f"| request | {big} | {small} | {ratio} (95% CI) | {control} | samples {sides} |",
         "|---|---|---|---|---|---|",
-        f"| synchronous tools/call, trivial job | {ab.big_p50_ms:.3f} | {ab.small_p50_ms:.3f} | {ab.ratio:.3f}× "
+        f"| {request} | {ab.big_p50_ms:.3f} | {ab.small_p50_ms:.3f} | {ab.ratio:.3f}× "
         f"({ab.ci_low:.3f}–{ab.ci_high:.3f}×) | {aa.ratio:.3f}× ({aa.ci_low:.3f}–{aa.ci_high:.3f}×) "
         f"| {ab.big_samples} / {ab.small_samples} |",
     ]
@@ -250,6 +281,7 @@ def render(r: Results, goals: list[Goal], started: float, cmdline: str) -> str:
         *[f"| {b.goal.description} | {b.goal.status} | {b.goal.figure} | {b.bound} |" for b in issue14_goals(r)],
         *metrics_section(r),
         *fallback_section(r),
+        *idempotency_section(r),
         *analysis_section(),
         *push_section(),
         "",

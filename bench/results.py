@@ -165,6 +165,17 @@ class FallbackCostFigures:
 
 
 @dataclass
+class IdempotencyCostFigures:
+    """tools/call-to-handle with a fresh idempotency key per call against without one, on one server ("big" is
+    with a key), interleaved c=1 slices."""
+
+    keyed: ABFigures
+    control: ABFigures  # calls without a key, a second side, against the first: the slices' own spread
+    rounds: int
+    slice_s: float
+
+
+@dataclass
 class ScalingFigures:
     """tasks/get before, during and after a fill to `RunConfig.fill_to` stored tasks (ours only)."""
 
@@ -258,6 +269,7 @@ class Results:
     cancel: CancelFigures = field(default_factory=CancelFigures)
     metrics: MetricsCostFigures | None = None
     fallback: FallbackCostFigures | None = None
+    idempotency: IdempotencyCostFigures | None = None
     foreign_cpu: list[tuple[str, float]] = field(default_factory=list)  # (window, share), in run order
     notes: list[str] = field(default_factory=list)
 

@@ -10,6 +10,7 @@ import httpx
 from bench import rpc
 from bench.config import POLL_INTERVAL_S
 from bench.load import Op, run_load
+from mcp_celery import idempotency
 
 
 def task_id_of(handle: dict[str, object]) -> str:
@@ -24,6 +25,17 @@ def create_op(url: str, tool: str = "noop") -> Op:
 
     async def op(c: httpx.AsyncClient, i: int) -> None:
         task_id_of(await rpc.call_tool(c, url, tool, {"x": i}))
+
+    return op
+
+
+def keyed_create_op(url: str, tool: str = "noop") -> Op:
+    """`create_op` with a fresh idempotency key per call, in the `Idempotency-Key` header (issue 47)."""
+
+    async def op(c: httpx.AsyncClient, i: int) -> None:
+        headers, body = rpc.request("tools/call", {"name": tool, "arguments": {"x": i}}, tool)
+        headers[idempotency.HEADER] = idempotency.new_key()
+        task_id_of(rpc.parse(await c.post(url, content=body, headers=headers)))
 
     return op
 

@@ -31,6 +31,7 @@ from jobs._ripgrep import BatchResult, ProcessSet, Ripgrep, Segment
 __all__ = ["Match", "Progress", "Query", "SearchResult", "available_cpus", "search", "search_files", "validated"]
 
 CHUNK_BYTES = 64 << 20
+FIRST_BYTES = 1 << 20  # the first batch of a search that stops over the cap (`search_files`)
 TICK_S = 0.02  # a cancel is seen within this (one Redis GET per tick)
 BOUNDARY_SCAN = 64 << 10
 
@@ -102,8 +103,13 @@ def search_files(
     workers: int | None = None,
     chunk_bytes: int = CHUNK_BYTES,
     started: float | None = None,
+    stop_over_cap: bool = False,
 ) -> SearchResult:
     """Search `files`, already admitted under `root` (by `expand` or another confined listing), for `query`.
+
+    `stop_over_cap`: stop once the first `max_matches` are held and one more match is known (every rg
+    killed): `total_matches` is then only more than `max_matches`, not the count (a caller that goes on
+    to read every match, `jobs._logstream`, counts them there).
 
     Raises:
         LogSearchError: bad pattern, or a pattern with a newline.
@@ -111,8 +117,10 @@ def search_files(
     """
     started = time.perf_counter() if started is None else started
     rg = validated(root, query)
-    batches = plan_batches(root, files, chunk_bytes)
-    run = _Run(rg, batches, files, query)
+    # Stopping over the cap, a small first batch often holds more than the cap on its own: then the
+    # search ends as soon as it does, not when a whole segment has been searched.
+    batches = plan_batches(root, files, chunk_bytes, first_bytes=FIRST_BYTES if stop_over_cap else None)
+    run = _Run(rg, batches, files, query, stop_over_cap)
     processes = max(1, workers or available_cpus())
     run.execute(processes, tick or (lambda progress: None))
     return SearchResult(
@@ -143,17 +151,20 @@ def available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def plan_batches(root: Path, files: list[LogFile], chunk_bytes: int) -> list[list[Segment]]:
-    """Segments in file order, grouped: a big file's chunks and each gzip file alone, small files together."""
+def plan_batches(
+    root: Path, files: list[LogFile], chunk_bytes: int, first_bytes: int | None = None
+) -> list[list[Segment]]:
+    """Segments in file order, grouped: a big file's chunks and each gzip file alone, small files together.
+    With `first_bytes`, the first batch holds about that much (a first file bigger than it is cut there)."""
     batches: list[list[Segment]] = []
     current: list[Segment] = []
-    current_bytes = 0
+    current_bytes, limit = 0, first_bytes or chunk_bytes
     for index, log in enumerate(files):
-        for segment in _segments(root, index, log, chunk_bytes):
+        for segment in _segments(root, index, log, chunk_bytes, first_bytes if index == 0 else None):
             size = segment.end - segment.start
-            if current and (log.gzip or current[-1].file.gzip or current_bytes + size > chunk_bytes):
+            if current and (log.gzip or current[-1].file.gzip or current_bytes + size > limit):
                 batches.append(current)
-                current, current_bytes = [], 0
+                current, current_bytes, limit = [], 0, chunk_bytes
             current.append(segment)
             current_bytes += size
     if current:
@@ -161,12 +172,17 @@ def plan_batches(root: Path, files: list[LogFile], chunk_bytes: int) -> list[lis
     return batches
 
 
-def _segments(root: Path, index: int, log: LogFile, chunk_bytes: int) -> list[Segment]:
-    if log.gzip or log.size <= chunk_bytes:
+def _segments(root: Path, index: int, log: LogFile, chunk_bytes: int, first_bytes: int | None) -> list[Segment]:
+    first_cut = first_bytes is not None and first_bytes < log.size
+    if log.gzip or (log.size <= chunk_bytes and not first_cut):
         return [Segment(index, log, 0, log.size)]
     cuts = [0]
+    targets = [
+        *([first_bytes] if first_bytes is not None and first_cut else []),
+        *range(chunk_bytes, log.size, chunk_bytes),
+    ]
     with open_inside(root, log.path) as handle:
-        for target in range(chunk_bytes, log.size, chunk_bytes):
+        for target in targets:
             cut = _line_start_at_or_after(handle.fd, max(target, cuts[-1]), log.size)
             if cut < log.size and cut > cuts[-1]:
                 cuts.append(cut)
@@ -191,8 +207,11 @@ def _line_start_at_or_after(fd: int, offset: int, size: int) -> int:
 class _Run:
     """One search's shared state: batches run on a pool, merged in order as they complete."""
 
-    def __init__(self, rg: Ripgrep, batches: list[list[Segment]], files: list[LogFile], query: Query) -> None:
+    def __init__(
+        self, rg: Ripgrep, batches: list[list[Segment]], files: list[LogFile], query: Query, stop_over_cap: bool
+    ) -> None:
         self.rg, self.batches, self.files, self.query = rg, batches, files, query
+        self.stop_over_cap = stop_over_cap
         self.procs = ProcessSet()
         self.lock = threading.Lock()
         self.matches: list[Match] = []
@@ -244,6 +263,8 @@ class _Run:
             while self._merged in self._results:
                 self._merge(self.batches[self._merged], self._results.pop(self._merged))
                 self._merged += 1
+            if self.stop_over_cap and len(self.matches) >= self.query.max_matches and self.total > len(self.matches):
+                self.procs.stop()  # the first max_matches are held, and there are more: enough said
 
     def _found(self, index: int, count: int) -> None:
         with self.lock:

@@ -34,7 +34,7 @@ from jobs._binaries import installed_binary
 from jobs._logfiles import LogFile, LogSearchError, open_inside
 from jobs._logfilters import LineFilter
 
-__all__ = ["BatchResult", "ProcessSet", "Ripgrep", "Segment", "SegmentMatches", "rg_binary"]
+__all__ = ["BatchResult", "Feeder", "ProcessSet", "Ripgrep", "Segment", "SegmentMatches", "rg_binary"]
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux: a 1 MiB pipe instead of 64 KiB wakes rg less
 NO_SENDFILE_TO_PIPE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP}  # then pread + write
@@ -129,13 +129,17 @@ class Ripgrep:
         ]  # fmt: skip
         self._pattern = ["--regexp", pattern] if regex else ["--fixed-strings", "--regexp", pattern]
 
+    def command(self, *mode: str) -> list[str]:
+        """The rg command line of this query, with `mode`'s options (`--count`, `--line-number`, ...)."""
+        return [*self._args, *mode, *self._pattern]
+
     def check(self) -> None:
         """Compile the pattern once on empty input.
 
         Raises:
             LogSearchError: rg rejects the pattern (its message says why).
         """
-        done = subprocess.run([*self._args, "--count", *self._pattern], input=b"", capture_output=True, check=False)
+        done = subprocess.run(self.command("--count"), input=b"", capture_output=True, check=False)
         if done.returncode == 2:
             message = done.stderr.decode(errors="replace").strip()
             raise LogSearchError(f"invalid regular expression: {message}")
@@ -159,9 +163,7 @@ class Ripgrep:
         """
         mode = ["--count"] if count_only else ["--line-number", *self._sentinel_pattern]
         with tempfile.TemporaryFile() as errors:
-            proc = subprocess.Popen(
-                [*self._args, *mode, *self._pattern], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors
-            )
+            proc = subprocess.Popen(self.command(*mode), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
             procs.add(proc)
             try:
                 return self._converse(proc, segments, count_only, procs, (progress, found), errors)
@@ -183,7 +185,7 @@ class Ripgrep:
         with contextlib.suppress(OSError):
             fcntl.fcntl(proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
         progress, found = report
-        feeder = _Feeder(self.root, segments, b"" if count_only else self.sentinel_line, procs.stopped, progress)
+        feeder = Feeder(self.root, segments, b"" if count_only else self.sentinel_line, procs.stopped, progress)
         pump = threading.Thread(target=feeder.feed, args=(proc.stdin,), name="logsearch-feed", daemon=True)
         pump.start()
         reader = _CountReader() if count_only else _LineReader(self.token, self.line_filter, self.keep)
@@ -201,7 +203,7 @@ class Ripgrep:
         return reader.result(len(segments))
 
 
-class _Feeder:
+class Feeder:
     """Writes the segments, each followed by a newline if it lacks one and by the sentinel line."""
 
     def __init__(

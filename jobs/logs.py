@@ -21,12 +21,9 @@ file order: the same result as one process searching them all.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +35,7 @@ from jobs import app
 from jobs._logfiles import LogFile, LogSearchError, admit, expand, log_root
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Progress, Query, SearchResult, available_cpus, search_files, validated
+from jobs._logstream import MatchStream
 from mcp_celery.errors import ArtifactError
 
 __all__ = [
@@ -158,36 +156,44 @@ def log_search(
         members = group(log_search_shard.s([f.name for f in shard], criteria, max_matches) for shard in shards)
         ctx.run_workflow(chord(members, log_search_merge.s(max_matches, skipped, started)))
     try:
-        result = search_files(root, files, query, skipped=skipped, tick=_Reporter(ctx), workers=search_processes())
+        # Past the cap every match goes to the artifact, whose pass counts them all: this one stops there.
+        tick, workers = _Reporter(ctx), search_processes()
+        result = search_files(root, files, query, skipped=skipped, tick=tick, workers=workers, stop_over_cap=True)
         extra: dict[str, Any] = {}
         if result.total_matches > len(result.matches):  # the cap was reached: every match goes in the artifact
-            try:
-                every = replace(query, max_matches=result.total_matches)
-                extra["matches_in_artifact"] = _all_matches(ctx, root, files, every)
-            except ArtifactError as exc:  # e.g. over the task's quota in Redis: the inline part stands
-                extra["artifact_error"] = str(exc)
+            every, error = _all_matches(ctx, root, files, query)
+            extra = {"total_matches": every.lines, "bytes_scanned": every.progress().bytes_done}
+            if error is None:
+                extra["matches_in_artifact"] = every.lines
+            else:
+                extra["artifact_error"] = error
     except LogSearchError as exc:
         raise mcp_celery.ProtocolError(-32602, str(exc)) from None
     return _result(result, time.time() - started).model_copy(update=extra)
 
 
-def _all_matches(ctx: mcp_celery.JobContext, root: Path, files: list[LogFile], query: Query) -> int:
-    """Search again keeping every match, write them to `matches.jsonl` (an artifact); how many it holds.
+def _all_matches(
+    ctx: mcp_celery.JobContext, root: Path, files: list[LogFile], query: Query
+) -> tuple[MatchStream, str | None]:
+    """Search again, streaming every match into `matches.jsonl` (an artifact); the search (its `lines`
+    count every match) and, when the store refused the artifact, why.
 
-    A second pass, run only once the inline cap was reached (the first pass stops keeping lines at
-    the cap, so that a count over huge logs reads them once): a file that grows in between can give
-    the artifact a few more lines than `total_matches`.
+    A second pass, run only once the first found more matches than the inline cap (it stops there:
+    this pass counts them all, and its count is `total_matches`). It holds no match: rg's output goes
+    to the store as it comes (`jobs._logstream`); when the store refuses it (e.g. over the task's quota
+    in Redis), the search goes on to count the rest.
     """
-    ctx.status("writing every match to matches.jsonl")
+    ctx.status(f"writing every match to {MATCHES_ARTIFACT}")
     tick = _Reporter(ctx, prefix=f"writing {MATCHES_ARTIFACT}: ")
-    every = search_files(root, files, query, tick=tick, workers=search_processes())
-    with tempfile.TemporaryDirectory(prefix="log-search-") as folder:
-        path = Path(folder) / "matches.jsonl"
-        with path.open("w", encoding="utf-8") as out:
-            for m in every.matches:
-                out.write(json.dumps({"file": m.file, "line_number": m.line_number, "line": m.line}) + "\n")
-        ctx.artifact(MATCHES_ARTIFACT, path=path, mime_type="application/jsonl")
-    return len(every.matches)
+    every = MatchStream(root, files, query, tick=tick, workers=search_processes())
+    chunks = iter(every)
+    try:
+        ctx.artifact(MATCHES_ARTIFACT, data=chunks, mime_type="application/jsonl")
+    except ArtifactError as exc:  # the inline part stands, and the count goes on without the store
+        for _ in chunks:
+            pass
+        return every, str(exc)
+    return every, None
 
 
 def _query(criteria: dict[str, Any], max_matches: int) -> Query:

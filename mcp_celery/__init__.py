@@ -11,7 +11,7 @@ Workers run `celery -A jobs worker` as usual; `mcp-celery serve -A jobs` serves 
 The package is layered; each tier imports only the ones above it in this list:
 
     protocol, errors, settings, inputs,   tier 0: the wire vocabulary and models, the one error tree, pure
-    logs, redact, tracing
+    logs, redact, tracing, idempotency    (idempotency: where a tools/call carries its key)
     store/, core/                         tier 1: the Redis store; the shared Celery model (binding,
                                           tools, task options, status, workflows)
     worker/                               job code and Celery workers (celery, redis; never `mcp`)

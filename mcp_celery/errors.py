@@ -3,7 +3,8 @@
     McpCeleryError
      ├── ToolDefinitionError      a decorated function cannot become an MCP tool (import time)
      ├── ConfigurationError       the Celery app or settings cannot work (e.g. no Redis result backend)
-     │    └── RedisUnreachable    (store.probe) no Redis answers at the configured URL
+     │    ├── RedisUnreachable    (store.probe) no Redis answers at the configured URL
+     │    └── StoreMismatch       a worker refused a job created in another task store than its own
      ├── InputNotSupported        a job asked for input the client cannot give
      ├── InputTimeout             a job's input request was not answered in time
      ├── ArtifactError            a job's artifact has a bad name, or is over the task's quota
@@ -45,6 +46,7 @@ __all__ = [
     "McpCeleryError",
     "NotReplicated",
     "ProtocolError",
+    "StoreMismatch",
     "TaskCancelled",
     "ToolDefinitionError",
     "jsonrpc_error",
@@ -69,6 +71,14 @@ class ToolDefinitionError(McpCeleryError):
 
 class ConfigurationError(McpCeleryError):
     """The Celery app or the settings cannot support MCP tasks; the message says how to fix it."""
+
+
+class StoreMismatch(ConfigurationError):
+    """A worker refused a job whose task was created in another task store than the worker's own.
+
+    Its message names both stores and the setting to make the same; the job's Celery state is FAILURE
+    with it, and the servers end the task `failed` with the same message (`mcp_celery.server.engine.reaper`).
+    """
 
 
 class InputNotSupported(McpCeleryError):

@@ -27,6 +27,7 @@ __all__ = [
     "LogFormat",
     "configure",
     "dict_config",
+    "key_digest",
     "principal_digest",
     "task_fields",
     "uvicorn_options",
@@ -34,7 +35,7 @@ __all__ = [
 
 LogFormat = Literal["text", "json"]
 #: The task fields a JSON line carries when the record has them.
-FIELDS = ("task_id", "tool", "principal", "status", "event")
+FIELDS = ("task_id", "tool", "principal", "status", "event", "idempotency_key")
 #: The text format of `mcp-celery serve` (logging.basicConfig's).
 TEXT_FORMAT = "%(levelname)s:%(name)s:%(message)s"
 
@@ -51,6 +52,15 @@ def principal_digest(principal: str) -> str:
     return "sha256:" + hashlib.sha256(principal.encode()).hexdigest()[:16]
 
 
+def key_digest(key: str) -> str:
+    """An idempotency key as logs show it: its digest, never the key (which a client may reuse as a secret).
+
+    >>> key_digest("k-1")
+    'sha256:7c35c5a1785d2070'
+    """
+    return principal_digest(key)
+
+
 def task_fields(
     task_id: str,
     tool: str | None = None,
@@ -58,11 +68,12 @@ def task_fields(
     principal: str | None = None,
     status: str | None = None,
     event: str | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, str]:
-    """The `extra=` of a log call about one task (`principal` is digested here).
+    """The `extra=` of a log call about one task (`principal` and `idempotency_key` are digested here).
 
     `status`: the task's new MCP status, when this changes it; `event`: what happened (created,
-    started, input_required, answered, cancel, ended, lost, interrupted).
+    started, input_required, answered, cancel, ended, lost, interrupted, repeated).
     """
     fields = {"task_id": task_id}
     if event is not None:
@@ -73,6 +84,8 @@ def task_fields(
         fields["principal"] = principal_digest(principal)
     if status is not None:
         fields["status"] = status
+    if idempotency_key is not None:
+        fields["idempotency_key"] = key_digest(idempotency_key)
     return fields
 
 

@@ -58,7 +58,6 @@ __all__ = [
     "TASKS_EXTENSION",
     "TASKS_NOTIFICATION",
     "TASK_HANDLE_META",
-    "TASK_HANDLE_SCHEMA",
     "TASK_MODES",
     "TASK_NOT_FOUND_MESSAGE",
     "TERMINAL_STATUSES",
@@ -93,9 +92,7 @@ __all__ = [
     "request_meta",
     "split_artifact_uri",
     "split_output_uri",
-    "task_handle_result",
     "tool_error_result",
-    "with_task_handle",
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -125,20 +122,6 @@ TASK_MODES: tuple[TaskMode, ...] = ("optional", "required", "forbidden")
 
 #: Where a plain `CallToolResult` that answers with a running task carries its handle, for programs.
 TASK_HANDLE_META = "mcp-celery/task"
-#: The `structuredContent` of such a result, for a tool with an output schema (see `with_task_handle`).
-TASK_HANDLE_SCHEMA: Final[dict[str, Any]] = {
-    "type": "object",
-    "title": "TaskHandle",
-    "description": "The job is still running as an MCP task: follow it with the task_status tool.",
-    "properties": {
-        "taskId": {"type": "string"},
-        "status": {"type": "string", "enum": ["working", "input_required"]},
-        "statusMessage": {"type": "string"},
-    },
-    "required": ["taskId", "status"],
-    "additionalProperties": False,
-}
-
 #: The client capability each kind of input request needs.
 CAPABILITY_FOR_METHOD = {
     "elicitation/create": "elicitation",
@@ -306,39 +289,6 @@ def call_tool_result(value: Any, *, structured: bool = False) -> dict[str, Any]:
     if structured:
         result["structuredContent"] = value
     return result
-
-
-def task_handle_result(
-    text: str, *, task_id: str, status: str, status_message: str | None, structured: bool
-) -> dict[str, Any]:
-    """A successful `CallToolResult` saying that the job runs on as task `task_id`: `text` for the model,
-    the handle in `_meta` for programs, and, for a tool with an output schema, as structuredContent
-    (SDK clients validate it against the schema that `with_task_handle` widened)."""
-    handle = {"taskId": task_id, "status": status}
-    result: dict[str, Any] = {
-        "resultType": "complete",
-        "content": [{"type": "text", "text": text}],
-        "isError": False,
-        "_meta": {TASK_HANDLE_META: handle},
-    }
-    if structured:
-        result["structuredContent"] = {**handle, **({"statusMessage": status_message} if status_message else {})}
-    return result
-
-
-def with_task_handle(output_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A tool's output schema, widened to accept the task handle too (clients without the extension).
-
-    SDK clients validate a successful result's structuredContent against the tool's output schema,
-    so the handle of a job still running must be valid against it. The schema's definitions stay at
-    the root, where its `#/$defs/...` references point.
-    """
-    own = dict(output_schema)
-    defs = own.pop("$defs", None)
-    widened: dict[str, Any] = {"type": "object", "anyOf": [own, TASK_HANDLE_SCHEMA]}
-    if defs is not None:
-        widened["$defs"] = defs
-    return widened
 
 
 def tool_error_result(tool: str, reason: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mcp_celery.errors import ConfigurationError
@@ -84,12 +84,34 @@ class Settings(BaseSettings):
         "it answers with a task handle (the job keeps running); below the 60 s most hosts allow a call. A tool "
         "sets its own with inline_s=. Also the longest wait of task_status(wait_seconds=...).",
     )
+    client_windows: dict[str, float] = Field(
+        default_factory=dict,
+        description="Inline windows by client, as a JSON object: the clientInfo name a client sends -> the longest "
+        'a plain call may hold it, in seconds, e.g. {"claude-ai": 50} for a host that allows a call 60 s. Added to '
+        "and over the built-in table of measured clients (the Python SDK's name `mcp`: 4 s, below openai-agents' "
+        "5 s timeout); `*` sets the window of clients in neither (default 4). A call waits the shorter of this and "
+        "the tool's inline window (docs/guides/clients.md).",
+    )
+    progress_clients: str | None = Field(
+        default=None,
+        description="Comma-separated clientInfo names of clients known to reset their call timeout on "
+        "notifications/progress (a TypeScript SDK host with resetTimeoutOnProgress): a call of theirs that "
+        "carries a progressToken keeps the tool's whole inline window, held by the progress keepalives.",
+    )
     sync_timeout_s: float = Field(
         default=60.0,
         gt=0,
         description="How long a synchronous tools/call waits for its job before cancelling it: calls of "
         "task_mode='forbidden' tools, and every call from a client without the tasks extension when "
         "tool_fallback is false.",
+    )
+    dedupe_s: float = Field(
+        default=0,
+        ge=0,
+        description="A tools/call without an idempotency key that repeats one of the same caller (same tool, same "
+        "arguments) whose task has not ended and was created less than this many seconds ago gets that task "
+        "instead of a new one. For hosts that retry without a key; 0 (the default): off. A tool sets its own "
+        "with dedupe_s=.",
     )
     max_job_s: int | None = Field(
         default=None,
@@ -150,7 +172,9 @@ class Settings(BaseSettings):
     )
     metrics_token: SecretStr | None = Field(
         default=None,
-        description="When set, GET /metrics needs `Authorization: Bearer <this token>` (401 otherwise).",
+        description="When set, GET /metrics needs `Authorization: Bearer <this token>` (401 otherwise). Unset, "
+        "with MCP_CELERY_AUTH_TOKENS or MCP_CELERY_JWT_JWKS it needs a bearer token /mcp accepts; with neither "
+        "it is open, and the startup line says so.",
     )
     metrics_port: int | None = Field(
         default=None,
@@ -182,7 +206,11 @@ class Settings(BaseSettings):
     jwt_audience: str | None = Field(
         default=None, description="Required `aud` of JWT bearer tokens. Default: the public URL of the server."
     )
-    jwt_principal_claim: str = Field(default="sub", description="JWT claim naming the principal that owns tasks.")
+    jwt_principal_claim: str = Field(
+        default="sub",
+        description="JWT claim naming the principal that owns tasks; also the ID token claim naming who signs in "
+        "on the approval page with OpenID Connect, so a name is one person on both paths.",
+    )
     public_url: str | None = Field(
         default=None,
         description="The server's URL as clients reach it (resource id in RFC 9728 metadata). "
@@ -194,11 +222,59 @@ class Settings(BaseSettings):
         description="A URL that gets one POST per approval a job asks (JSON: text, link, tool, requester, message; "
         "the shape chat incoming webhooks accept). Read by workers.",
     )
+    approval_policy: str | None = Field(
+        default=None,
+        description="A TOML file naming the tools whose calls wait for a named person's approval before their "
+        'job is queued, with one [tools."NAME-OR-GLOB"] table each: approvers (required), four_eyes (default '
+        "true), timeout_s, message (docs/guides/approvals.md, Approval policy). Read at start, where a malformed "
+        "file refuses to start naming its line, and again whenever it changes; while it cannot be read, every "
+        "tool call is refused.",
+    )
     approval_session_s: int = Field(
-        default=8 * 3600, gt=0, description="How long a sign-in to the approval page lasts (its session cookie)."
+        default=8 * 3600,
+        gt=0,
+        description="How long a sign-in to the approval page lasts at most (the session, kept in Redis; a JWT's "
+        "`exp` ends it sooner, and signing out or revoking the token ends it at once).",
     )
     approval_sign_in_limit: int = Field(
-        default=10, gt=0, description="Failed sign-ins to the approval page per client address and minute (then 429)."
+        default=10,
+        gt=0,
+        description="Failed sign-ins to the approval page per client and minute (then 429); the client is the "
+        "address the request came from, or behind MCP_CELERY_TRUSTED_PROXIES the one they forward.",
+    )
+    trusted_proxies: str | None = Field(
+        default=None,
+        description="Comma-separated addresses or networks (CIDR) of the proxies in front of `serve --http` whose "
+        "X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's forwarded-allow-ips), e.g. "
+        "`10.0.0.0/8`; `*` believes any. Unset: none, and the client is the address a request came from.",
+    )
+    approval_token_sign_in: bool = Field(
+        default=True,
+        description="Offer the token form on the approval page's sign-in when static tokens or JWTs are "
+        "configured. False: only 'Sign in with <provider>' (MCP_CELERY_OIDC_ISSUER), and an approval's link "
+        "goes straight to the provider.",
+    )
+
+    # ------------------------------------------------------------ the approval page's OpenID Connect sign-in
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="The OpenID Connect provider the approval page signs people in with (authorization code flow "
+        "with PKCE), found at ISSUER/.well-known/openid-configuration. https://, or http:// on a loopback host. "
+        "Unreachable at start: a warning, and the page says sign-in is unavailable until it answers.",
+    )
+    oidc_client_id: str | None = Field(
+        default=None, description="The approval page's client id at the provider; required with the issuer."
+    )
+    oidc_client_secret_file: str | None = Field(
+        default=None,
+        description="A file holding the client secret, read at start (the secret is never a setting itself, so it "
+        "is in no environment listing or log). Unset: a public client, PKCE only.",
+    )
+    oidc_scopes: str = Field(
+        default="openid email profile", description="Scopes asked of the provider, space-separated; openid first."
+    )
+    oidc_provider_name: str | None = Field(
+        default=None, description="The name on the button, 'Sign in with NAME'. Default: the issuer's host name."
     )
     allowed_hosts: str | None = Field(
         default=None,
@@ -245,9 +321,25 @@ class Settings(BaseSettings):
     )
     max_input_response_keys: int = Field(default=64, gt=0, description="Most inputResponses keys in one request.")
     max_task_id_length: int = Field(default=128, gt=0, description="Longest taskId looked up in Redis.")
+    max_idempotency_key_length: int = Field(
+        default=255, gt=0, description="Longest idempotency key of a tools/call (else -32602)."
+    )
     max_live_tasks_per_principal: int | None = Field(
         default=None, gt=0, description="Most unfinished tasks one principal may have (unset: no limit)."
     )
+
+    @field_validator("client_windows")
+    @classmethod
+    def _positive_windows(cls, windows: dict[str, float]) -> dict[str, float]:
+        bad = sorted(name for name, seconds in windows.items() if not seconds > 0)
+        if bad:
+            raise ValueError(f"each window must be a number of seconds above 0 (not for {', '.join(bad)})")
+        return windows
+
+    @property
+    def progress_client_names(self) -> frozenset[str]:
+        """The clientInfo names of MCP_CELERY_PROGRESS_CLIENTS."""
+        return frozenset(name.strip() for name in (self.progress_clients or "").split(",") if name.strip())
 
 
 def invalid_settings(error: ValidationError) -> str:

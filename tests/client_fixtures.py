@@ -35,22 +35,29 @@ LISTEN_SERVER_LOG = "listen-server.log"
 
 
 def _ensure_venv() -> str | None:
-    """None when the venv is ready, else why it could not be made.
+    """None when the venv is ready, else why it could not be made."""
+    return make_venv(VENV, PACKAGES)
+
+
+def make_venv(home: Path, packages: list[str]) -> str | None:
+    """Make the virtualenv `home` with `packages` unless it is there; None when it is ready, else why not.
 
     Sessions running side by side (pytest-xdist's workers) take turns: one makes it, the others wait.
     """
-    VENV.mkdir(parents=True, exist_ok=True)
-    with (VENV / ".making").open("w") as turn:
+    python = home / "bin" / "python"
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / ".making").open("w") as turn:
         fcntl.flock(turn, fcntl.LOCK_EX)
-        if PYTHON.exists():
+        if python.exists():
             return None
         try:
-            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True, timeout=120)
-            pip = [str(VENV / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
-            subprocess.run(pip, check=True, capture_output=True, timeout=600)
+            subprocess.run([sys.executable, "-m", "venv", str(home)], check=True, capture_output=True, timeout=120)
+            pip = [str(home / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *packages]
+            subprocess.run(pip, check=True, capture_output=True, timeout=900)
         except (subprocess.SubprocessError, OSError) as exc:
-            return f"could not create {VENV} with {' '.join(PACKAGES)}: {exc}"
-    return None if PYTHON.exists() else f"{PYTHON} missing after the install"
+            python.unlink(missing_ok=True)  # half made: made again next time
+            return f"could not create {home} with {' '.join(packages)}: {exc}"
+    return None if python.exists() else f"{python} missing after the install"
 
 
 @pytest.fixture(scope="session")

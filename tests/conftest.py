@@ -131,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
-VARIANT_MARKERS = ("broker", "result_backend", "store", "venv")
+VARIANT_MARKERS = ("broker", "result_backend", "store", "artifact_store", "venv")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -140,9 +140,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     backend = os.environ.get("TEST_CELERY_BACKEND", "redis").split(":", 1)[0]
     store = {"acl": "ACL user", "cluster": "Redis Cluster, ACL user"}.get(STORE_MODE, "the results' Redis")
     venv = "a virtualenv" if sys.prefix != sys.base_prefix else "no virtualenv"
+    artifacts = "an S3 bucket" if os.environ.get("MCP_CELERY_TEST_ARTIFACTS") == "s3" else "Redis and a folder"
     selected = config.getoption("markexpr") or "every test"
     return (
-        f"mcp-celery variant: broker {broker}, Celery results {backend}, store {store}, {venv}; "
+        f"mcp-celery variant: broker {broker}, Celery results {backend}, store {store}, artifacts in {artifacts}, "
+        f"{venv}; "
         f"selected: {selected} (variant markers: {', '.join(VARIANT_MARKERS)})"
     )
 

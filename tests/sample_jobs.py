@@ -95,6 +95,16 @@ def slow_greeting(ctx: mcp_celery.JobContext, name: str, seconds: float) -> Gree
 
 
 @mcp_celery.tool(app)
+def ask_early_and_late(ctx: mcp_celery.JobContext, late_after_s: float = 6) -> str:
+    """Asks for a name at once, then, `late_after_s` later (past a plain call's window), for another."""
+    first = ctx.elicit("First name?", NAME)
+    ctx.status(f"got the first name; asking again in {late_after_s:g} s")
+    ctx.sleep(late_after_s)
+    second = ctx.elicit("Second name?", NAME)
+    return f"{(first.content or {}).get('name')} and {(second.content or {}).get('name')}"
+
+
+@mcp_celery.tool(app)
 def confirm_echo(ctx: mcp_celery.JobContext, text: str, timeout: float = 60) -> str:
     """Asks whether to echo `text` (an optional tool that asks: fine for any client)."""
     answer = ctx.elicit(f"Echo {text!r}?", CONFIRM, timeout=timeout)
@@ -644,3 +654,36 @@ def fanout(ctx: mcp_celery.JobContext, n: int, own_ids: bool = False) -> str:
     """A group without a merge step: the task's result is every member's (`own_ids`: members with ids of their own)."""
     runs = [wf_member.s(i) for i in range(n)]  # type: ignore[attr-defined]
     ctx.run_workflow([run.set(task_id=f"mine-{i}") for i, run in enumerate(runs)] if own_ids else runs)
+
+
+# ---------------------------------------------------------------- repeated calls (idempotency keys, dedupe windows)
+
+
+def _count_run(ctx: mcp_celery.JobContext, counter: str, hold: str) -> int:
+    """Counts this run in `counter` (the side effect a repeated call must not repeat), then, with `hold`,
+    works with checkpoints until the test sets that marker (bounded: a forgotten hold ends in 60 s)."""
+    runs = int(markers.incr(counter))
+    markers.expire(counter, 600)
+    deadline = time.monotonic() + 60
+    while hold and not markers.exists(hold) and time.monotonic() < deadline:
+        ctx.check_cancelled()
+        time.sleep(0.02)
+    return runs
+
+
+@mcp_celery.tool(app)
+def count_run(ctx: mcp_celery.JobContext, counter: str, hold: str = "") -> int:
+    """Counts its run in `counter`; with `hold`, runs until that marker is set."""
+    return _count_run(ctx, counter, hold)
+
+
+@mcp_celery.tool(app, dedupe_s=30)
+def count_run_deduped(ctx: mcp_celery.JobContext, counter: str, hold: str = "") -> int:
+    """`count_run` with a 30 s dedupe window: a repeat of a running call gets its task."""
+    return _count_run(ctx, counter, hold)
+
+
+@mcp_celery.tool(app, task_mode="forbidden")
+def count_run_sync(ctx: mcp_celery.JobContext, counter: str, hold: str = "") -> int:
+    """`count_run`, never a task (a synchronous call)."""
+    return _count_run(ctx, counter, hold)

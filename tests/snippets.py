@@ -18,6 +18,8 @@ one of these fails the suite, so no snippet goes unchecked:
                        what they printed (`...` in a line matches anything)
     console check      the `$ ` lines checked as in `sh check`; the output shown is not checked
     json check         parsed; each `mcpServers` entry's command line checked as in `sh check`
+    toml check         parsed; one with a `tools` table as an approval policy (its mistakes named as
+                       `mcp-celery serve` names them: `mcp_celery.server.engine.policy`)
     json run           also each stdio `mcpServers` entry started in its page's scenario as a host
                        starts it (its Redis URLs the scenario's), `initialize` and `tools/list`
                        answered with tools
@@ -47,11 +49,14 @@ import json
 import re
 import shlex
 import tokenize
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_celery.cli import command as cli
+from mcp_celery.errors import ConfigurationError
+from mcp_celery.server.engine.policy import parse_policy
 from tests.snippet_code import extras, message_in_code, module_exists, path_exists, repo_path, variable_known
 from tests.support import ROOT
 
@@ -69,7 +74,7 @@ __all__ = [
     "split_commands",
 ]
 
-CODE_LANGUAGES = {"python", "py", "sh", "bash", "shell", "console", "json"}
+CODE_LANGUAGES = {"python", "py", "sh", "bash", "shell", "console", "json", "toml"}
 MODES = {"run", "check"}
 #: Pages whose code blocks and prose are checked: everything the docs site publishes.
 PAGE_GLOBS = ("README.md", "docs/**/*.md", "bench/*.md")
@@ -212,6 +217,8 @@ def check_block(block: Block, page_files: frozenset[str] = frozenset()) -> None:
     elif block.language == "console":
         commands = [line[2:] for line in block.text.splitlines() if line.startswith("$ ")]
         problems += [p for line in commands for p in _command_problems(line, page_files)]
+    elif block.language == "toml":
+        problems += _toml_problems(block)
     else:
         problems += _json_problems(block.text, page_files)
     if problems:
@@ -226,6 +233,18 @@ def _option_problems(block: Block) -> list[str]:
         return [f"exit={block.options['exit']}: only a python, sh or console block that runs has an exit status"]
     if not block.options["exit"].isdigit() or int(block.options["exit"]) > 255:
         return [f"exit={block.options['exit']}: not an exit status (0 to 255)"]
+    return []
+
+
+def _toml_problems(block: Block) -> list[str]:
+    """A TOML block is only checked: parsed, and one with a `tools` table as an approval policy."""
+    if block.mode != "check":
+        return [f"a toml block is checked, not run: `toml check`, not `toml {block.mode}`"]
+    try:
+        if "tools" in tomllib.loads(block.text):
+            parse_policy(block.text, block.where)
+    except (tomllib.TOMLDecodeError, ConfigurationError) as exc:
+        return [str(exc)]
     return []
 
 

@@ -3,14 +3,14 @@
 bob signs in, finds alice's pending `release` in his list, approves it with a comment, and alice's
 task completes `approved by bob` with the comment and the artifact published; bob denies the next
 one; carol (not named) gets 403; alice, who asked, cannot approve her own (four eyes); a form post
-replayed without its CSRF token, and a second decision, are refused. The approval page's screenshot
-goes to docs/images/approval-page.png for the guide.
+of bob's session replayed without its CSRF token or with a forged one, and a second decision, are
+refused. The approval page's screenshot goes to docs/images/approval-page.png for the guide. The
+approval policy's path: a call of a tool the policy holds (`approval_support.POLICY`) is decided on
+the same page, its screenshot docs/images/approval-policy.png.
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,35 +18,19 @@ import pytest
 
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment, deployment_fixture  # noqa: F401 - the fixture
-from tests.support import ROOT, HttpClient, Process, require_service
+from tests.approval_support import (  # noqa: F401 - fixtures
+    Deployment,
+    approval_worker_fixture,
+    browser_fixture,
+    deployment_fixture,
+)
+from tests.support import ROOT, HttpClient, Process
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-page.png"
+POLICY_SCREENSHOT = ROOT / "docs" / "images" / "approval-policy.png"
 
 webdriver = pytest.importorskip("selenium.webdriver")
 By = pytest.importorskip("selenium.webdriver.common.by").By
-
-
-@pytest.fixture(scope="module")
-def worker(deployment: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    proc = deployment.worker(tmp_path_factory.mktemp("browser-worker") / "worker.log")
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
-    require_service("chromium", f"{' and '.join(missing)} not installed" if missing else None)
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=820,1180"):
-        options.add_argument(argument)
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
 
 
 def sign_in(browser: Any, base: str, token: str) -> None:
@@ -64,7 +48,7 @@ def release(alice: HttpClient, version: str) -> tuple[str, dict[str, Any]]:
 
 
 def test_bob_approves_alices_release_in_a_browser_and_the_rules_hold(
-    deployment: Deployment, worker: Process, browser: Any
+    deployment: Deployment, approval_worker: Process, browser: Any
 ) -> None:
     alice = deployment.client("alice")
     base = deployment.base
@@ -108,9 +92,14 @@ def test_bob_approves_alices_release_in_a_browser_and_the_rules_hold(
     replay.cookies.update(cookies)
     refused = replay.post(path, {"decision": "approve", "comment": "replayed"})
     assert refused.status_code == 403 and "CSRF" in refused.text
-    assert alice.get(second_id)["status"] == "input_required"
     browser.get(base + path)
     token = csrf_of(browser.page_source.replace("&amp;", "&"), path)
+    # bob is an allowed approver: a token of another form of his session, or one letter off, is still refused.
+    off_by_one = token[:-1] + ("A" if token[-1] != "A" else "B")
+    for forged in (csrf_of(browser.page_source.replace("&amp;", "&"), "/approvals/sign-out"), off_by_one):
+        refused = replay.post(path, {"decision": "approve", "comment": "forged", "csrf": forged})
+        assert refused.status_code == 403 and "CSRF" in refused.text, forged
+    assert alice.get(second_id)["status"] == "input_required"
     browser.find_element(By.ID, "comment").send_keys("wrong branch")
     browser.find_element(By.CSS_SELECTOR, "button.deny").click()
     wait_for(lambda: "Denied by bob" in browser.page_source, 30, 0.1, "the denial shown")
@@ -120,4 +109,36 @@ def test_bob_approves_alices_release_in_a_browser_and_the_rules_hold(
     assert denied["result"]["structuredContent"]["decision"] == "denied by bob: wrong branch"
     assert denied["result"]["structuredContent"]["published"] is None
     replay.close()
+    alice.close()
+
+
+def test_bob_decides_calls_the_approval_policy_held_in_a_browser(
+    deployment: Deployment, approval_worker: Process, browser: Any
+) -> None:
+    alice = deployment.client("alice")
+    approved_id = alice.start("deploy_docs", {"service": "site", "env": "prod"}, elicitation={"url": {}})
+    denied_id = alice.start("deploy_docs", {"service": "site", "env": "staging"}, elicitation={"url": {}})
+    held = alice.wait(approved_id, ["input_required"], timeout=30)
+    digest = held["inputRequests"]["policy-approval"]["params"]["_meta"]["mcp-celery/approval"]["details"]
+
+    sign_in(browser, deployment.base, deployment.tokens["bob"])
+    assert "Deploy site to prod?" in browser.page_source and "Deploy site to staging?" in browser.page_source
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Deploy site to prod?").click()
+    wait_for(lambda: "Approval requested" in browser.page_source, 30, 0.1, "the approval page")
+    assert "deploy_docs" in browser.page_source and digest["call sha256"] in browser.page_source
+    assert "four eyes" in browser.page_source and "deploy_*" in browser.page_source
+    browser.find_element(By.ID, "comment").send_keys("release notes checked")
+    browser.save_screenshot(str(POLICY_SCREENSHOT))
+    browser.find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait_for(lambda: "Approved by bob" in browser.page_source, 30, 0.1, "the decision shown")
+    done = alice.wait(approved_id, timeout=120)
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "docs of site deployed to prod"
+
+    browser.get(deployment.base + approval_path(alice.get(denied_id)))
+    browser.find_element(By.ID, "comment").send_keys("freeze week")
+    browser.find_element(By.CSS_SELECTOR, "button.deny").click()
+    wait_for(lambda: "Denied by bob" in browser.page_source, 30, 0.1, "the denial shown")
+    denied = alice.get(denied_id)
+    assert denied["status"] == "completed" and denied["result"]["isError"] is True, denied
+    assert denied["result"]["content"][0]["text"].startswith("not run: denied by bob: freeze week")
     alice.close()

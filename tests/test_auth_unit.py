@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.redact import redact
-from mcp_celery.server.edge import auth, limits, tokens
+from mcp_celery.server.edge import auth, hosts, limits, tokens
 from mcp_celery.settings import Settings
 from tests.support import ROOT
 
@@ -258,14 +258,14 @@ def test_only_loopback_may_be_served_without_authentication() -> None:
 
 
 def test_allowed_hosts_extend_the_loopback_defaults() -> None:
-    default = auth.transport_security(Settings())
+    default = hosts.transport_security(Settings())
     assert default.enable_dns_rebinding_protection and "localhost:*" in default.allowed_hosts
     assert not any("example" in h for h in default.allowed_hosts)
-    named = auth.transport_security(Settings(allowed_hosts="mcp.example.com, jobs.example.com:8443"))
+    named = hosts.transport_security(Settings(allowed_hosts="mcp.example.com, jobs.example.com:8443"))
     assert {"mcp.example.com", "mcp.example.com:*", "jobs.example.com:8443", "127.0.0.1:*"} <= set(named.allowed_hosts)
     assert "jobs.example.com:8443:*" not in named.allowed_hosts
     assert "https://mcp.example.com" in named.allowed_origins
-    assert not auth.transport_security(Settings(allowed_hosts="*")).enable_dns_rebinding_protection
+    assert not hosts.transport_security(Settings(allowed_hosts="*")).enable_dns_rebinding_protection
 
 
 # ---------------------------------------------------------------- limits and error text
@@ -335,7 +335,8 @@ def test_serving_a_public_address_without_allowed_hosts_warns_how_to_fix_it(capl
     with caplog.at_level("WARNING", logger="mcp_celery.auth"):
         options = auth.http_app_options(Settings(), "0.0.0.0", 8000)
     assert "MCP_CELERY_ALLOWED_HOSTS" in caplog.text
-    assert "token_verifier" not in options and options["transport_security"].enable_dns_rebinding_protection
+    # The SDK's own Host check is off: `hosts.HostCheck` checks in front of the whole app instead.
+    assert "token_verifier" not in options and not options["transport_security"].enable_dns_rebinding_protection
     caplog.clear()
     with caplog.at_level("WARNING", logger="mcp_celery.auth"):
         auth.http_app_options(Settings(allowed_hosts="jobs.example.com"), "0.0.0.0", 8000)

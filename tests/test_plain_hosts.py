@@ -22,7 +22,8 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import redis
 
-from mcp_celery.protocol import TASK_HANDLE_META, TASK_HANDLE_SCHEMA
+from mcp_celery.protocol import TASK_HANDLE_META
+from mcp_celery.server.plain.handle import GUIDANCE_PROPERTIES, TASK_HANDLE_SCHEMA
 from mcp_celery.store.schema import FIELD, Keys
 from tests import sample_jobs
 from tests.support import ROOT, HttpClient, Process, StdioClient, start_http_server, wait_for
@@ -64,7 +65,8 @@ def celery_state(task_id: str) -> str:
 
 
 def without_clock(task: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in task.items() if k not in {"ttlMs", "_meta", "resultType"}}
+    """The task without its clock and envelope, and without the words and next call task_status adds."""
+    return {k: v for k, v in task.items() if k not in {"ttlMs", "_meta", "resultType", *GUIDANCE_PROPERTIES}}
 
 
 # ---------------------------------------------------------------- the inline window

@@ -143,7 +143,7 @@ def test_serve_http_says_where_it_listens_and_warns_of_a_tool_without_a_docstrin
         redis_url = redact(host_env.get("MCP_CELERY_REDIS_URL") or session_redis(13))  # the store's Redis
         assert line == (
             f"mcp-celery: listening on http://127.0.0.1:{port}/mcp (app proj, 2 tools, Redis {redis_url}; "
-            "1 server process)"
+            "1 server process; /metrics open, no authentication configured)"
         ), log.read_text()
         warning = next(x for x in log.read_text().splitlines() if "no docstring" in x)
         assert "tool 'add' has no docstring" in warning and "shout" not in warning, warning

@@ -95,6 +95,31 @@ def test_a_misspelled_option_is_refused_at_decoration_time_naming_the_one_meant(
     assert registry(app) == {}
 
 
+def test_a_dedupe_window_is_set_per_tool_its_misspellings_and_negative_ones_refused() -> None:
+    app = make_app()
+
+    @mcp_celery.tool(app, dedupe_s=30)
+    def deploy() -> None: ...
+
+    def push(x: int) -> int:
+        return x
+
+    task = app.task(name="plain.push", shared=False)(push)
+    mcp_celery.expose(task, dedupe_s=5)
+    assert (registry(app)["deploy"].dedupe_s, registry(app)["push"].dedupe_s) == (30, 5)
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="'dedup_s'; did you mean 'dedupe_s'"):
+
+        @mcp_celery.tool(app, dedup_s=30)
+        def typo() -> None: ...
+
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="'dedupe'; did you mean 'dedupe_s'"):
+        mcp_celery.expose(task, dedupe=5)
+    with pytest.raises(mcp_celery.ToolDefinitionError, match="dedupe_s must be a number of seconds"):
+
+        @mcp_celery.tool(app, dedupe_s=-1)
+        def negative() -> None: ...
+
+
 def test_celerys_own_task_options_still_pass_through_even_when_they_look_like_ours() -> None:
     app = make_app()
 

@@ -13,6 +13,7 @@ from bench.config import RunConfig
 from bench.phases.baselines import run_ceiling, run_floor
 from bench.phases.cancel import run_cancel
 from bench.phases.fallback_cost import run_fallback
+from bench.phases.idempotency_cost import run_idempotency
 from bench.phases.metrics_cost import run_metrics
 from bench.phases.raw import run_raw
 from bench.phases.servers import run_fastmcp, run_ours
@@ -36,6 +37,7 @@ PHASES = (
     Phase("ours", run_ours, flushes_redis=True),
     Phase("metrics", run_metrics, flushes_redis=True),
     Phase("fallback", run_fallback, flushes_redis=True),
+    Phase("idempotency", run_idempotency, flushes_redis=True),
     Phase("fastmcp", run_fastmcp, flushes_redis=True),
     Phase("cancel", run_cancel, flushes_redis=True),
 )

@@ -151,6 +151,16 @@ async def one_slice(
     return lat
 
 
+def say_ab(what: str, sides: tuple[str, str], ab: ABFigures, control: ABFigures) -> None:
+    """One progress line of an interleaved A/B: each side's p50 and samples, the ratio, the control's."""
+    big, small = sides
+    say(
+        f"  {what}: {big} p50 {ab.big_p50_ms:.3f} ms (n={ab.big_samples}), {small} {ab.small_p50_ms:.3f} ms "
+        f"(n={ab.small_samples}); {big}/{small} {ab.ratio:.3f} (95% CI {ab.ci_low:.3f}-{ab.ci_high:.3f}); "
+        f"control {control.ratio:.3f} (95% CI {control.ci_low:.3f}-{control.ci_high:.3f})"
+    )
+
+
 def ab_stats(big: list[list[float]], small: list[list[float]], resamples: int = 400) -> ABFigures:
     """Pooled p50 per side (ms), their ratio, per-round p50s and a paired-round bootstrap 95% CI of the ratio."""
     rounds = [i for i in range(min(len(big), len(small))) if big[i] and small[i]]

@@ -11,8 +11,8 @@ machine hits both sides alike), with a third server (fallback on) as a control.
 
 from __future__ import annotations
 
-from bench.config import RunConfig, say
-from bench.phases.ab import ab_stats
+from bench.config import RunConfig
+from bench.phases.ab import ab_stats, say_ab
 from bench.phases.metrics_cost import SIDES, interleaved, on_and_off_servers
 from bench.redis_tools import BenchRedis
 from bench.results import FallbackCostFigures, Results
@@ -29,9 +29,4 @@ async def run_fallback(cfg: RunConfig, rds: BenchRedis, results: Results) -> Non
         rounds=cfg.ab_rounds,
         slice_s=cfg.ab_slice_s,
     )
-    ab, aa = figures.sync, figures.sync_control
-    say(
-        f"  fallback sync tools/call: on p50 {ab.big_p50_ms:.3f} ms (n={ab.big_samples}), off "
-        f"{ab.small_p50_ms:.3f} ms (n={ab.small_samples}); on/off {ab.ratio:.3f} (95% CI {ab.ci_low:.3f}-"
-        f"{ab.ci_high:.3f}); control/on {aa.ratio:.3f} (95% CI {aa.ci_low:.3f}-{aa.ci_high:.3f})"
-    )
+    say_ab("fallback sync tools/call", ("on", "off"), figures.sync, figures.sync_control)

@@ -77,14 +77,23 @@ async def run_metrics(cfg: RunConfig, rds: BenchRedis, results: Results) -> None
 def on_and_off_servers(rds: BenchRedis, name: str, off_env: dict[str, str]) -> Iterator[tuple[Process, dict[str, str]]]:
     """A prefork worker and one `mcp-celery serve` per side of `SIDES` over the bench Redis, `off_env` on the
     "off" side only; yields the worker and each side's URL once the worker is ready, and stops them all."""
+    with servers_and_worker(rds, name, {side: off_env if side == "off" else {} for side in SIDES}) as started:
+        yield started
+
+
+@contextmanager
+def servers_and_worker(
+    rds: BenchRedis, name: str, envs: dict[str, dict[str, str]]
+) -> Iterator[tuple[Process, dict[str, str]]]:
+    """A prefork worker and one `mcp-celery serve` per side of `envs` (with that environment) over the bench
+    Redis; yields the worker and each side's URL once the worker is ready, and stops them all."""
     from bench import bench_jobs  # imported late: it reads BENCH_REDIS_URL, which the entry point sets
 
     worker = start_worker(rds.url, f"worker-{name}")
     servers: dict[str, Process] = {}
     try:
         urls: dict[str, str] = {}
-        for side in SIDES:
-            env = off_env if side == "off" else {}
+        for side, env in envs.items():
             servers[side], urls[side] = start_ours_server(rds.url, f"{name}-{side}-server", env=env)
         wait_worker(bench_jobs.app, worker)
         yield worker, urls

@@ -37,7 +37,7 @@ from mcp_celery import protocol  # noqa: E402
 from mcp_celery.cli import command as cli  # noqa: E402
 from mcp_celery.client import _cli as client_cli  # noqa: E402
 from mcp_celery.core import status  # noqa: E402
-from mcp_celery.server.edge import limits, refusals  # noqa: E402
+from mcp_celery.server.edge import hosts, limits, refusals  # noqa: E402
 from mcp_celery.server.engine import reaper  # noqa: E402
 from mcp_celery.server.tasks import envelope  # noqa: E402
 from mcp_celery.settings import Settings  # noqa: E402
@@ -52,6 +52,7 @@ BENCH_PAGES = {
     "results-logsearch-engines.md": "results-logsearch-engines.md",
     "results-workflow.md": "results-workflow.md",
     "results-fallback.md": "results-fallback.md",
+    "results-idempotency.md": "results-idempotency.md",
     "results-parking.md": "results-parking.md",
     "results-live-output.md": "results-live-output.md",
     "results-artifact-download.md": "results-artifact-download.md",
@@ -311,15 +312,16 @@ def _answers_message() -> str:
 
 
 def _refusals() -> list[tuple[int, str]]:
-    """Each reworded HTTP refusal, as `RewordedRefusals` writes it (for a request to jobs.example.com)."""
+    """Each HTTP refusal of the edge, as `RewordedRefusals` and `HostCheck` write it (for a request to
+    jobs.example.com)."""
     middleware = refusals.RewordedRefusals(_no_app, Settings())
     headers = Headers({"host": "jobs.example.com", "origin": "https://elsewhere.example"})
-    found = []
-    for code, sdk_body in sorted(refusals.SDK_REFUSALS.items()):
+    found = [(421, hosts.host_refused(headers)), (403, hosts.origin_refused(headers))]
+    for code, sdk_body in refusals.SDK_REFUSALS.items():
         reworded = middleware.reword(code, sdk_body, headers)
         assert reworded is not None, code
         found.append((code, reworded.decode()))
-    return found
+    return sorted(found)
 
 
 async def _no_app(scope: Any, receive: Any, send: Any) -> None:

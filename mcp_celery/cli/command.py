@@ -46,19 +46,23 @@ def serve(
     from mcp_celery.core.tools import registry
     from mcp_celery.redact import redact
     from mcp_celery.server.app import check_tool_names
+    from mcp_celery.store.artifact_files import check_store
     from mcp_celery.store.probe import probe
 
     if workdir is not None:
         use_workdir(workdir)
     # Fail early, with a clear message, before any worker process starts: the tools, the Redis URL,
-    # and Redis itself (reachable, TLS, credentials, version), each a line of its own.
+    # Redis itself (reachable, TLS, credentials, version), and where artifacts go, each a line of its own.
     if http:
         _check_http_auth(settings, host, port, allow_unauthenticated)
     app = load_app(app_spec)
     check_tool_names(app, settings)
     binding = AppBinding.create(app, settings)
     probe(binding.redis)
+    check_store(settings.artifacts, binding.keys.prefix)
     tools = registry(app)
+    if settings.approval_policy:
+        _check_approval_policy(app, settings, http=http)
     for spec in tools.values():
         if not spec.described:
             logger.warning(
@@ -67,6 +71,8 @@ def serve(
                 spec.name,
                 spec.celery_task.name,
             )
+    # Every check passed. The store every worker must share: a worker with another refuses the jobs, naming both.
+    logs.announce(f"task store {binding.described}")
     if http:
         if settings.metrics_port is not None:  # server processes of --workers N read it from the environment
             os.environ["MCP_CELERY_METRICS_PORT"] = str(settings.metrics_port)
@@ -90,29 +96,58 @@ def _serve_http(
 
     os.environ[http.APP_ENV], os.environ[http.HOST_ENV], os.environ[http.PORT_ENV] = app_spec, host, str(port)
     _check_port(host, port)
+    from mcp_celery.server.ops.operations import metrics_access
+
     processes = f"{workers} server process{'es' if workers > 1 else ''}"
-    _say_when_listening(host, port, f"http://{_url_host(host)}:{port}/mcp ({about}; {processes})")
+    guard = metrics_access(settings)
+    _say_when_listening(host, port, f"http://{_url_host(host)}:{port}/mcp ({about}; {processes}; {guard})")
     with _metrics_directory(workers):
         # Task state lives in Redis only, so any worker process can answer for any task.
         factory = "mcp_celery.server.http:http_app_from_env"
         target = factory if workers > 1 else http.http_app(app_spec, host, port, settings)
         if settings.metrics_port is not None:
-            _serve_metrics_port(http.metrics_app(app_spec, settings), host, settings.metrics_port)
-        log_options = logs.uvicorn_options()  # JSON lines from uvicorn's worker processes too
-        uvicorn.run(
-            target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning", **log_options
-        )
+            _serve_metrics_port(http.metrics_app(app_spec, settings, host, port), host, settings.metrics_port)
+        options = {**logs.uvicorn_options(), **_proxy_options(settings)}  # JSON lines from uvicorn's workers too
+        uvicorn.run(target, factory=workers > 1, host=host, port=port, workers=workers, log_level="warning", **options)
+
+
+def _proxy_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's keywords for X-Forwarded-For and -Proto: believed from MCP_CELERY_TRUSTED_PROXIES only
+    (uvicorn alone would believe any process on 127.0.0.1, which could then pose as any client)."""
+    trusted = settings.trusted_proxies
+    return {"proxy_headers": True, "forwarded_allow_ips": trusted} if trusted else {"proxy_headers": False}
 
 
 def _check_http_auth(settings: Settings, host: str, port: int, allow_unauthenticated: bool) -> None:
     """Raises ConfigurationError, in one line, when the server would be open to other machines without
-    authentication, or its token file or JWT settings cannot work (MCP_CELERY_JWT_JWKS without
-    MCP_CELERY_JWT_ISSUER, say): here, before the jobs are imported (their warnings) and before any
+    authentication, or its token file, JWT or OpenID Connect settings cannot work (MCP_CELERY_JWT_JWKS
+    without MCP_CELERY_JWT_ISSUER, say): here, before the jobs are imported (their warnings) and before any
     uvicorn worker process starts."""
+    from mcp_celery.server.approvals.oidc import oidc_config
     from mcp_celery.server.edge import auth
 
     auth.check_exposure(settings, host, allow_unauthenticated=allow_unauthenticated)
     auth.build_verifier(settings, auth.public_url(settings, host, port))
+    oidc_config(settings, auth.public_url(settings, host, port))  # the approval page's OpenID Connect sign-in
+
+
+def _check_approval_policy(app: Celery, settings: Settings, *, http: bool) -> None:
+    """Raises ConfigurationError, naming the line, for a policy file that cannot be read or is not a policy,
+    and without HTTP (no approval page of this server) when the page's link cannot be made; warns of a
+    table that matches no tool (a typo would hold nothing)."""
+    from mcp_celery.core.tools import registry
+    from mcp_celery.server.engine.gate import PolicyGate
+
+    gate = PolicyGate(settings, registry(app), app)
+    for pattern in gate.file.unmatched() if gate.file is not None else []:
+        logger.warning(
+            "approval policy %s: [tools.%r] matches none of this app's tools", settings.approval_policy, pattern
+        )
+    if not http and not settings.public_url:
+        raise ConfigurationError(
+            "MCP_CELERY_APPROVAL_POLICY needs MCP_CELERY_PUBLIC_URL over stdio: the URL of the server whose "
+            "/approvals page the approvers use (e.g. https://jobs.example/mcp)"
+        )
 
 
 def _check_port(host: str, port: int) -> None:
@@ -241,6 +276,18 @@ def top(app_spec: str, settings: Settings, *, interval_s: float, once: bool, wor
         raise ConfigurationError(f"top: cannot read Redis: {redact(str(exc))}") from exc
 
 
+def _token(args: argparse.Namespace, settings: Settings) -> None:
+    """`token new` prints the new token (only there, once); `token revoke` says how many lines went."""
+    from mcp_celery.server.edge.tokens import new_token, revoke_tokens
+
+    path = _token_file(args.file, settings)
+    if args.token_command == "new":
+        print(new_token(args.principal, path))
+    else:
+        removed = revoke_tokens(args.principal, path)
+        print(f"revoked {removed} token{'s' if removed > 1 else ''} of {args.principal} in {path}")
+
+
 def _token_file(given: str | None, settings: Settings) -> Path:
     path = given or settings.auth_tokens
     if not path:
@@ -249,7 +296,7 @@ def _token_file(given: str | None, settings: Settings) -> Path:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The parser of the server-side commands: `serve`, `token new`, `demo` (`call` and `tasks`: `parser_for`)."""
+    """The parser of the server-side commands: `serve`, `token`, `demo` (`call` and `tasks`: `parser_for`)."""
     root = argparse.ArgumentParser(
         prog="mcp-celery",
         description="Celery jobs as MCP tools (SEP-2663 tasks).",
@@ -271,6 +318,11 @@ def parser() -> argparse.ArgumentParser:
     new = token_commands.add_parser("new", help="print a new token for PRINCIPAL once; append its digest to the file")
     new.add_argument("principal", help="who the token speaks for: tasks belong to this name")
     new.add_argument("--file", help="token file (default: $MCP_CELERY_AUTH_TOKENS)")
+    revoke = token_commands.add_parser(
+        "revoke", help="remove every token of PRINCIPAL from the file; their approval-page sessions end with them"
+    )
+    revoke.add_argument("principal", help="whose tokens to remove")
+    revoke.add_argument("--file", help="token file (default: $MCP_CELERY_AUTH_TOKENS)")
     view = commands.add_parser("top", help="a live view of the deployment, read from Redis (no server needed)")
     _app_options(view)
     view.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
@@ -280,6 +332,11 @@ def parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--port", type=int, default=8000, help="HTTP port of the demo server (default 8000)")
     demo.add_argument("--serve", action="store_true", help="keep serving after the walkthrough, until Ctrl-C")
+    demo.add_argument(
+        "--oidc",
+        action="store_true",
+        help="also start a test OpenID Connect provider on localhost: bob signs in there to approve (step 6)",
+    )
     for name, text in CLIENT_COMMANDS.items():
         # Listed here; parsed by the client's own parser (`parser_for`), which this one does not import.
         client = commands.add_parser(name, help=text, add_help=False)
@@ -378,13 +435,11 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "top":
             top(args.app, settings, interval_s=args.interval, once=args.once, workdir=args.workdir)
         elif args.command == "token":
-            from mcp_celery.server.edge.tokens import new_token
-
-            print(new_token(args.principal, _token_file(args.file, settings)))
+            _token(args, settings)
         else:
             from mcp_celery.cli.demo import run_demo
 
-            sys.exit(run_demo(port=args.port, keep_serving=args.serve))
+            sys.exit(run_demo(port=args.port, keep_serving=args.serve, oidc=args.oidc))
     except McpCeleryError as exc:  # a configuration or tool definition that cannot work: one line says why
         _refuse(exc)
 

@@ -7,12 +7,16 @@ the machine already runs, or one named by CELERY_BROKER_URL for another project,
 written to. A shared Redis is used only when named by MCP_CELERY_DEMO_REDIS. Everything it starts
 is stopped by pid when it ends, and its temporary folder removed. The walkthrough speaks raw
 JSON-RPC, to show the wire. The server signs callers in with tokens the demo makes for "you" and
-"bob" (step 6: bob approves your release on the approval page).
+"bob" (step 6: bob approves your release on the approval page). With `--oidc`, a test OpenID Connect
+provider starts too (`mcp_celery.testing.oidc_provider`, on `localhost`), the page signs people in
+there, and bob does so in step 6.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -30,6 +34,7 @@ from mcp_celery.redact import redact
 from mcp_celery.server.edge.tokens import new_token
 from mcp_celery.testing.approvals import PageClient, approval_path
 from mcp_celery.testing.jsonrpc import RawHttpClient
+from mcp_celery.testing.oidc_provider import start_provider
 from mcp_celery.testing.processes import Process, redis_answers, start_redis
 
 __all__ = ["DEMO_REDIS_ENV", "run_demo"]
@@ -45,12 +50,15 @@ DEMO_INLINE_S = 2
 CALLER, APPROVER = "you", "bob"
 
 
-def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
+def run_demo(port: int = 8000, keep_serving: bool = False, oidc: bool = False) -> int:
     """Run the demo; 0 when every step did what it shows.
 
     Raises:
-        ConfigurationError: MCP_CELERY_DEMO_REDIS names a Redis that does not answer.
+        ConfigurationError: MCP_CELERY_DEMO_REDIS names a Redis that does not answer, or `oidc` without
+            the test provider installed.
     """
+    if oidc and importlib.util.find_spec("oidc_provider_mock") is None:
+        raise ConfigurationError("demo --oidc starts a test provider: pip install oidc-provider-mock")
     named = _named_redis()
     workdir = Path(tempfile.mkdtemp(prefix="mcp-celery-demo-"))
     ok = False
@@ -58,6 +66,8 @@ def run_demo(port: int = 8000, keep_serving: bool = False) -> int:
     try:
         with _processes() as started:
             env = _demo_env(named or _private_redis(started, workdir))
+            if oidc:
+                env.update(_provider(started, workdir, env))
             ok = _run(env, workdir, started, port, keep_serving)
     finally:
         for sig, handler in previous.items():
@@ -106,6 +116,22 @@ def _private_redis(started: list[Process], workdir: Path) -> str:
     return url
 
 
+def _provider(started: list[Process], workdir: Path, env: dict[str, str]) -> dict[str, str]:
+    """Start the test OpenID Connect provider; returns the server's settings to sign people in there."""
+    issuer, proc = start_provider(workdir / "oidc-provider.log", env)
+    started.append(proc)
+    secret = workdir / "oidc-client-secret"
+    secret.write_text(secrets.token_urlsafe(24))
+    secret.chmod(0o600)
+    print(f"OpenID Connect provider: {issuer} (a test provider: any name signs in; pid {proc.pid})")
+    return {
+        "MCP_CELERY_OIDC_ISSUER": issuer,
+        "MCP_CELERY_OIDC_CLIENT_ID": "mcp-celery-demo",
+        "MCP_CELERY_OIDC_CLIENT_SECRET_FILE": str(secret),
+        "MCP_CELERY_OIDC_PROVIDER_NAME": "the demo's provider",
+    }
+
+
 def _demo_env(base: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in FOUND_REDIS_ENV}
     # The store's records go with the result backend (MCP_CELERY_REDIS_URL is dropped above).
@@ -140,7 +166,7 @@ def _run(env: dict[str, str], workdir: Path, started: list[Process], port: int, 
     server.wait_ready(lambda: _http_up(url), 60, "the MCP server")
     print(f"MCP server ready (mcp-celery serve -A {DEMO_APP} --http --port {port}): {url}")
     print(f"tokens for {CALLER!r} (the walkthrough's caller) and {APPROVER!r}: {workdir / 'tokens'}\n")
-    client = Walkthrough(url, tokens)
+    client = Walkthrough(url, tokens, env)
     try:
         ok = client.run()
     finally:
@@ -149,6 +175,8 @@ def _run(env: dict[str, str], workdir: Path, started: list[Process], port: int, 
         print(f"\nServing {url} until Ctrl-C. It needs a token: call it as {CALLER!r} with")
         print(f"  export {TOKEN_ENV}={tokens[CALLER]}")
         print(f"  mcp-celery call slow_compute --args '{{\"seconds\": 3}}' --url {url}")
+        if "MCP_CELERY_OIDC_ISSUER" in env:
+            print(f"The approval page, {url.rsplit('/mcp', 1)[0]}/approvals, signs people in at the demo's provider")
         with suppress(KeyboardInterrupt):
             while worker.alive() and server.alive():
                 time.sleep(0.5)
@@ -161,9 +189,10 @@ class Walkthrough(RawHttpClient):
     It calls as `CALLER`; `tokens` holds the demo's tokens by principal.
     """
 
-    def __init__(self, url: str, tokens: dict[str, str]) -> None:
+    def __init__(self, url: str, tokens: dict[str, str], env: dict[str, str]) -> None:
         super().__init__(url)
         self.tokens = tokens
+        self.env = env  # the server's settings
         self.extra_headers["Authorization"] = f"Bearer {tokens[CALLER]}"
 
     def rpc(self, method: str, params: dict[str, Any], declare: bool = True) -> dict[str, Any]:
@@ -279,8 +308,12 @@ def _release(client: Walkthrough) -> dict[str, Any]:
     base = client.url.rsplit("/mcp", 1)[0]
     print(f"  {APPROVER} signs in at {base}/approvals and approves {path}")
     page = PageClient(base)
+    oidc = "MCP_CELERY_OIDC_ISSUER" in client.env
+    if oidc:
+        print(f"  ({APPROVER} signs in at the OpenID Connect provider, typing his name on its page)")
     try:
-        for answer in (page.sign_in(client.tokens[APPROVER]), page.decide(path, "approve", "digest checked")):
+        signed_in = page.sign_in_with_provider(APPROVER, path) if oidc else page.sign_in(client.tokens[APPROVER])
+        for answer in (signed_in, page.decide(path, "approve", "digest checked")):
             if answer.status_code >= 400:
                 raise RuntimeError(f"the approval page answered {answer.status_code}: {answer.text[:300]}")
     finally:

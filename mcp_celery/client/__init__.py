@@ -7,6 +7,10 @@
         print((await handle.status()).status_message)
         await handle.cancel()
 
+Over HTTP every `tools/call` carries a fresh idempotency key, and a call whose reply is lost (the connection
+broke or timed out first) is sent again with it, which a server that honours keys answers with the first
+call's task: `connect(..., retries=Retries(attempts=4))` (the default), `retries=NO_RETRIES` never does.
+
 Sampling requests (a job asking the client's model) go to `sampling_callback=`: `OpenAISampler(url, model)`
 for an OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp), `CommandSampler(command)` for a program,
 both with tool use (`sampling_capabilities=SAMPLING_WITH_TOOLS`).
@@ -19,6 +23,7 @@ Needs only `mcp`: importing it imports neither celery nor redis. The wire models
     _state.py       what one client process knows of the tasks it watches
     _errors.py      TaskError and its kinds (under `mcp_celery.errors.McpCeleryError`)
     _journal.py     the local journal of started tasks (SQLite)
+    _retries.py     idempotency keys, and calls sent again when their reply is lost
     _sampling.py    CommandSampler; _openai.py OpenAISampler: answering sampling requests
     _terminal.py    the progress line and prompts of `mcp-celery call`
     _output.py      the live output `mcp-celery call` shows: a task's output resource followed
@@ -37,12 +42,14 @@ from mcp_celery.client._extension import TasksExtension, connect
 from mcp_celery.client._handle import TaskHandle, start_task
 from mcp_celery.client._journal import JOURNAL_ENV, Journal, JournalEntry, ServerTarget, default_journal_path
 from mcp_celery.client._openai import OpenAISampler
+from mcp_celery.client._retries import NO_RETRIES, Retries
 from mcp_celery.client._sampling import SAMPLING_WITH_TOOLS, CommandSampler
 from mcp_celery.protocol import TASKS_EXTENSION as TASKS_EXTENSION_ID
 from mcp_celery.protocol import TERMINAL_STATUSES, CreateTaskResult, DetailedTask, TaskStatus
 
 __all__ = [
     "JOURNAL_ENV",
+    "NO_RETRIES",
     "SAMPLING_WITH_TOOLS",
     "TASKS_EXTENSION_ID",
     "TERMINAL_STATUSES",
@@ -53,6 +60,7 @@ __all__ = [
     "JournalEntry",
     "NotATaskError",
     "OpenAISampler",
+    "Retries",
     "ServerTarget",
     "TaskCancelledError",
     "TaskError",

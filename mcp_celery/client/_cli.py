@@ -31,6 +31,7 @@ from mcp_celery.client._handle import TaskHandle
 from mcp_celery.client._journal import Journal, ServerTarget
 from mcp_celery.client._openai import API_KEY_ENV, OpenAISampler
 from mcp_celery.client._output import OutputFollower
+from mcp_celery.client._retries import DEFAULT_RETRIES, Retries
 from mcp_celery.client._sampling import DEFAULT_TIMEOUT_S, SAMPLING_WITH_TOOLS, CommandSampler
 from mcp_celery.client._terminal import Progress, ask_yes_no, elicit_at_terminal, sample_at_terminal
 from mcp_celery.errors import McpCeleryError
@@ -68,6 +69,14 @@ def register(commands: Any) -> None:
     call.add_argument("tool", help="the tool's name, as tools/list gives it")
     call.add_argument("--args", default="{}", help="the tool's arguments as a JSON object")
     call.add_argument("--url", help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    call.add_argument(
+        "--retries",
+        type=int,
+        default=DEFAULT_RETRIES.attempts,
+        metavar="N",
+        help="send the call again with its idempotency key up to N times when its reply is lost over HTTP, "
+        f"if the server honours keys (default {DEFAULT_RETRIES.attempts}; 0: never)",
+    )
     call.set_defaults(server_command=[])
     call.epilog = "Start a stdio server instead of --url: mcp-celery call TOOL --args '{...}' -- COMMAND ARGS..."
     _common(call)
@@ -273,7 +282,7 @@ async def _call(args: argparse.Namespace, journal: Journal, console: Console) ->
     answering = {"elicitation_callback": elicit_at_terminal(progress), **_sampling(args, progress)}
     async with (
         _explaining_refusals(extension, args.token),
-        connect(target, extension, token=args.token, **answering) as c,
+        connect(target, extension, token=args.token, retries=Retries(attempts=args.retries), **answering) as c,
     ):
         try:
             handle = await extension.start(c, args.tool, arguments)
@@ -410,7 +419,8 @@ def _list(journal: Journal, as_json: bool) -> int:
     entries = journal.entries()
     if as_json:
         rows = [{"taskId": e.task_id, "tool": e.tool, "status": e.status, "statusMessage": e.status_message,
-                 "createdAt": e.created_at, "target": e.target.describe()} for e in entries]  # fmt: skip
+                 "createdAt": e.created_at, "target": e.target.describe(), "idempotencyKey": e.idempotency_key}
+                for e in entries]  # fmt: skip
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     out = Console()

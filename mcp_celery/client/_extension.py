@@ -23,8 +23,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, SubscriptionsAcknowledgedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_celery import idempotency
 from mcp_celery.client._handle import TaskHandle, final_result, start_task
 from mcp_celery.client._journal import Journal, ServerTarget
+from mcp_celery.client._retries import DEFAULT_RETRIES, Retries, RetryingTransport
 from mcp_celery.client._state import InputHandler, TaskState
 from mcp_celery.protocol import TASKS_EXTENSION, CreateTaskResult, TaskNotificationParams
 
@@ -95,10 +97,25 @@ class TasksExtension(ClientExtension):
 REFUSALS = (401, 403, 413, 421)
 
 
+class _Connected(Client):
+    """A `Client` that, once connected, tells its `TasksExtension` whether the server honours idempotency keys
+    (`mcp_celery.client._retries`: only then is a call whose reply was lost sent again)."""
+
+    async def __aenter__(self) -> Client:
+        client = await super().__aenter__()
+        honoured = idempotency.SERVER_EXTENSION in (client.server_capabilities.extensions or {})
+        for extension in self.extensions or ():
+            if isinstance(extension, TasksExtension):
+                extension.state.keys_honoured = honoured
+        return client
+
+
 @asynccontextmanager
-async def _http_transport(url: str, token: str | None, state: TaskState) -> AsyncIterator[Any]:
-    """Streamable HTTP with a bearer token; the transport leaves a client it was given open, so close it here."""
+async def _http_transport(url: str, token: str | None, state: TaskState, retries: Retries) -> AsyncIterator[Any]:
+    """Streamable HTTP with a bearer token and calls sent again when their reply is lost (`RetryingTransport`);
+    the transport leaves a client it was given open, so close it here."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    sender = RetryingTransport(httpx2.AsyncHTTPTransport(), retries, lambda: state.keys_honoured)
 
     async def note_refusal(response: httpx2.Response) -> None:
         if response.status_code in REFUSALS:
@@ -106,7 +123,8 @@ async def _http_transport(url: str, token: str | None, state: TaskState) -> Asyn
 
     # The SDK transport's own timeouts: a response stream (listen) may stay open a long time.
     timeout = httpx2.Timeout(30.0, read=300.0)
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [note_refusal]}) as http:
+    hooks = {"response": [note_refusal]}
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=sender, event_hooks=hooks) as http:
         async with streamable_http_client(url, http_client=http) as streams:
             yield streams
 
@@ -117,20 +135,23 @@ def connect(
     *,
     token: str | None = None,
     errlog: TextIO = sys.stderr,
+    retries: Retries = DEFAULT_RETRIES,
     **client_options: Any,
 ) -> Client:
     """An SDK `Client` for `target` with `extension` wired in (claims, notifications, listen acks).
 
     A stdio target runs its command in `target.cwd` with this process's environment, its stderr going to
-    `errlog`; `token` is sent as a bearer token to an HTTP target. `client_options` go
+    `errlog`; `token` is sent as a bearer token to an HTTP target. Over HTTP every `tools/call` carries an
+    idempotency key, and one whose reply is lost is sent again with it as `retries` says, when the server
+    honours keys (`mcp_celery.client._retries`; `NO_RETRIES`: never). `client_options` go
     to `Client` (`elicitation_callback=`, `sampling_callback=`, `list_roots_callback=`, ...).
     An HTTP 401, 403, 413 or 421 (which the SDK reports as -32603 "Server returned an error
     response") is noted in `extension.state.http_refusal`.
     """
     if target.url is not None:
-        transport: Any = _http_transport(target.url, token, extension.state)
+        transport: Any = _http_transport(target.url, token, extension.state, retries)
     else:
         command, *args = target.command
         params = StdioServerParameters(command=command, args=args, cwd=target.cwd, env=dict(os.environ))
         transport = stdio_client(params, errlog=errlog)
-    return Client(transport, extensions=[extension], message_handler=extension.message_handler, **client_options)
+    return _Connected(transport, extensions=[extension], message_handler=extension.message_handler, **client_options)

@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ErrorData, InputRequest, InputRequiredResult, InputResponse
 from pydantic import TypeAdapter, ValidationError
 
+from mcp_celery import idempotency
 from mcp_celery.client._errors import NotATaskError, TaskCancelledError, TaskFailedError, TaskInputError
 from mcp_celery.client._state import TaskState
 from mcp_celery.protocol import (
@@ -194,12 +195,16 @@ async def start_task(
     """Call `tool` and return the handle of the task the server started, journaled before it is returned.
 
     Input requests of an MRTR round before the task exists (`InputRequiredResult`) are answered first.
+    Every round carries the call's one fresh idempotency key (`_meta`), journaled with the task: over HTTP a
+    round whose reply is lost is sent again with it (`mcp_celery.client._retries`), and the job runs once.
 
     Raises:
         NotATaskError: the server answered inline; the result is on the error.
     """
     session = client.session
-    raw = await session.call_tool(tool, arguments, allow_input_required=True, allow_claimed=True)
+    call_key = idempotency.new_key()  # one for every round of this call (the answers' keys are others)
+    meta: Any = {idempotency.META: call_key}
+    raw = await session.call_tool(tool, arguments, meta=meta, allow_input_required=True, allow_claimed=True)
     for _ in range(_MAX_INPUT_ROUNDS):
         if not isinstance(raw, InputRequiredResult):
             break
@@ -210,7 +215,7 @@ async def start_task(
                 raise TaskInputError(f"cannot answer {request.method} {key!r}: {answer.message}")
             answers[key] = answer
         raw = await session.call_tool(
-            tool, arguments, input_responses=answers, request_state=raw.request_state,
+            tool, arguments, input_responses=answers, request_state=raw.request_state, meta=meta,
             allow_input_required=True, allow_claimed=True,
         )  # fmt: skip
     if isinstance(raw, CallToolResult):
@@ -218,7 +223,7 @@ async def start_task(
     if not isinstance(raw, CreateTaskResult):
         raise TaskInputError(f"{tool}: no task after {_MAX_INPUT_ROUNDS} input rounds")
     if state.journal is not None and state.target is not None:
-        state.journal.record(raw.task_id, state.target, tool, arguments, raw.status)
+        state.journal.record(raw.task_id, state.target, tool, arguments, raw.status, idempotency_key=call_key)
     handle = TaskHandle(session, state, raw.task_id, tool)
     handle.last = DetailedTask.model_validate(raw.model_dump(by_alias=True, exclude={"result_type"}))
     return handle

@@ -1,7 +1,8 @@
 """A durable local journal of the tasks this user started, in SQLite (stdlib only).
 
 The extension has no `tasks/list`: a task id the client forgets is lost. So the handle writes the id, the
-server target, the tool and its arguments here *before* it is returned, and records each status it sees.
+server target, the tool, its arguments and the call's idempotency key here *before* it is returned, and
+records each status it sees.
 A client that crashed, or a user who closed the terminal, lists the journal and resumes any task.
 
 Default path: `$MCP_CELERY_CLIENT_JOURNAL`, else `$XDG_DATA_HOME/mcp-celery/tasks.db` (`~/.local/share/...`).
@@ -33,9 +34,13 @@ CREATE TABLE IF NOT EXISTS tasks (
     created_at     TEXT NOT NULL,
     status         TEXT NOT NULL,
     status_message TEXT,
-    updated_at     TEXT NOT NULL
+    updated_at     TEXT NOT NULL,
+    idempotency_key TEXT
 )
 """
+#: Journals written before the key was kept gain its column when opened.
+_ADD_KEY = "ALTER TABLE tasks ADD COLUMN idempotency_key TEXT"
+_COLUMNS = "task_id, target, tool, arguments, created_at, status, status_message, updated_at, idempotency_key"
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,8 @@ class JournalEntry:
     status: str
     status_message: str | None
     updated_at: str
+    #: The key the call was sent with (a repeat with it gets this task); None when the client did not know it.
+    idempotency_key: str | None = None
 
 
 def default_journal_path() -> Path:
@@ -98,6 +105,8 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute(_SCHEMA)
+            if "idempotency_key" not in {row[1] for row in db.execute("PRAGMA table_info(tasks)")}:
+                db.execute(_ADD_KEY)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -105,14 +114,20 @@ class Journal:
             yield db
 
     def record(
-        self, task_id: str, target: ServerTarget, tool: str, arguments: dict[str, Any] | None, status: str
+        self,
+        task_id: str,
+        target: ServerTarget,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        status: str,
+        idempotency_key: str | None = None,
     ) -> None:
         """Write a new task; committed (fsynced by SQLite) when this returns."""
         now = _now()
         with self._connect() as db:
             db.execute(
-                "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
-                (task_id, target.to_json(), tool, json.dumps(arguments), now, status, now),
+                f"INSERT OR REPLACE INTO tasks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                (task_id, target.to_json(), tool, json.dumps(arguments), now, status, now, idempotency_key),
             )
 
     def update_status(self, task_id: str, status: str, status_message: str | None) -> None:
@@ -130,7 +145,7 @@ class Journal:
         """
         with self._connect() as db:
             rows = db.execute(
-                "SELECT * FROM tasks WHERE task_id = ? OR substr(task_id, 1, length(?)) = ? LIMIT 3",
+                f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? OR substr(task_id, 1, length(?)) = ? LIMIT 3",
                 (task_id, task_id, task_id),
             ).fetchall()
         exact = [row for row in rows if row[0] == task_id]
@@ -141,12 +156,13 @@ class Journal:
     def entries(self, limit: int = 50) -> list[JournalEntry]:
         """The newest `limit` entries, newest first."""
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM tasks ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,)).fetchall()
+            query = f"SELECT {_COLUMNS} FROM tasks ORDER BY created_at DESC, rowid DESC LIMIT ?"
+            rows = db.execute(query, (limit,)).fetchall()
         return [_entry(row) for row in rows]
 
 
 def _entry(row: tuple[Any, ...]) -> JournalEntry:
-    task_id, target, tool, arguments, created_at, status, status_message, updated_at = row
+    task_id, target, tool, arguments, created_at, status, status_message, updated_at, key = row
     return JournalEntry(
         task_id=task_id,
         target=ServerTarget.from_json(target),
@@ -156,4 +172,5 @@ def _entry(row: tuple[Any, ...]) -> JournalEntry:
         status=status,
         status_message=status_message,
         updated_at=updated_at,
+        idempotency_key=key,
     )

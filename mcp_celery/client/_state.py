@@ -62,6 +62,9 @@ class TaskState:
         #: The HTTP status of the last request the server refused before JSON-RPC (401, 403, 413, 421):
         #: the SDK reports those as -32603 "Server returned an error response", which says nothing.
         self.http_refusal: int | None = None
+        #: The server said it honours idempotency keys (`mcp_celery.client._retries`), so a call whose reply
+        #: was lost may be sent again; set once connected (`connect()`).
+        self.keys_honoured = False
         self._watches: dict[str, TaskWatch] = {}
         self._without_listen: weakref.WeakSet[ClientSession] = weakref.WeakSet()
 

@@ -14,15 +14,14 @@ page). The page answers with `decision(...)`, an `ElicitResult` whose content is
 
 from __future__ import annotations
 
-import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from mcp_celery.redact import redact
+from mcp_celery.redact import hide_secrets
 
 __all__ = [
     "APPROVAL_META",
@@ -31,6 +30,7 @@ __all__ = [
     "approval_request",
     "decision",
     "may_decide",
+    "named_approvers",
     "new_approval_id",
     "page_url",
     "redacted_arguments",
@@ -39,8 +39,6 @@ __all__ = [
 
 #: The `_meta` key of an approval's input request.
 APPROVAL_META = "mcp-celery/approval"
-#: An argument whose name matches this is shown as *** on the page (as secrets are kept out of logs).
-_SECRET_NAME = re.compile(r"pass|secret|token|key|credential|auth", re.IGNORECASE)
 #: Longer argument values are cut on the page.
 _SHOWN_CHARS = 200
 
@@ -90,13 +88,40 @@ def page_url(public_url: str, approval_id: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"{path}/approvals/{approval_id}", "", ""))
 
 
-def redacted_arguments(arguments: Mapping[str, Any]) -> dict[str, str]:
-    """The arguments as the page shows them: secret-looking names hidden, URL passwords redacted, long values cut."""
-    shown = {}
-    for name, value in arguments.items():
-        text = "***" if _SECRET_NAME.search(name) else redact(value if isinstance(value, str) else repr(value))
-        shown[name] = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
-    return shown
+def redacted_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments as the page shows them: the values of secret-looking names hidden at any depth
+    (`{"config": {"db_password": ...}}`), URL passwords redacted, long strings cut."""
+    return {name: _cut(value) for name, value in hide_secrets(arguments).items()}
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {name: _cut(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_cut(item) for item in value]
+    if isinstance(value, str) and len(value) > _SHOWN_CHARS:
+        return value[:_SHOWN_CHARS] + "…"
+    return value
+
+
+def named_approvers(approvers: Sequence[str] | None) -> list[str] | None:
+    """`approvers` as the request keeps them (sorted, once each); None stays None: anyone signed in.
+
+    Raises:
+        TypeError: a `str` (`approvers="bob"` would name "b" and "o"), or not a sequence of principal names.
+        ValueError: an empty sequence, which would name nobody.
+    """
+    if approvers is None:
+        return None
+    if isinstance(approvers, str | bytes) or not isinstance(approvers, Sequence | Set):
+        raise TypeError(
+            f"approvers must be a list of principal names, e.g. approvers=[{approvers!r}], not {approvers!r}"
+        )
+    if not all(isinstance(name, str) and name for name in approvers):
+        raise TypeError(f"approvers must be non-empty principal names (str), not {list(approvers)!r}")
+    if not approvers:
+        raise ValueError("approvers=[] names nobody who could decide: name principals, or pass None for anyone")
+    return sorted(set(approvers))
 
 
 def approval_request(
@@ -107,15 +132,19 @@ def approval_request(
     approvers: Sequence[str] | None,
     four_eyes: bool,
     details: Mapping[str, Any] | None,
-    arguments: Mapping[str, str],
+    arguments: Mapping[str, Any],
     requester: str,
 ) -> dict[str, Any]:
-    """The input request of an approval: a URL-mode elicitation carrying the approval in its `_meta`."""
+    """The input request of an approval: a URL-mode elicitation carrying the approval in its `_meta`.
+
+    Raises:
+        TypeError, ValueError: `approvers` is not a list of principal names (`named_approvers`).
+    """
     approval = {
         "id": approval_id,
-        "approvers": None if approvers is None else sorted(set(approvers)),
+        "approvers": named_approvers(approvers),
         "fourEyes": four_eyes,
-        "details": dict(details or {}),
+        "details": hide_secrets(dict(details or {})),
         "arguments": dict(arguments),
         "requester": requester,
     }
@@ -139,7 +168,8 @@ def may_decide(approval: Mapping[str, Any], principal: str) -> str | None:
     """Why `principal` may not decide `approval`, or None when they may."""
     if not principal:
         return "only a signed-in person may decide an approval"
-    if approval.get("fourEyes") and principal == approval.get("requester"):
+    # Only an explicit `four_eyes=False` lets the requester decide: a request without the key is four-eyes too.
+    if approval.get("fourEyes") is not False and principal == approval.get("requester"):
         return "four eyes: the person who asked may not approve their own request"
     approvers = approval.get("approvers")
     if approvers is not None and principal not in approvers:

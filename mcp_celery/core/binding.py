@@ -12,8 +12,11 @@ server once per `create_server`; every Redis client comes from its `redis` targe
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from celery import Celery, Task
@@ -27,6 +30,7 @@ __all__ = [
     "DEFAULT_MAX_JOB_S",
     "MIN_TTL_S",
     "QUEUE_READABLE_SCHEMES",
+    "STORE_HEADER",
     "AppBinding",
     "broker_url",
     "max_job_s",
@@ -34,6 +38,7 @@ __all__ = [
     "queues_readable",
     "redis_url",
     "result_expires_s",
+    "store_identity",
     "store_target",
 ]
 
@@ -42,6 +47,10 @@ MIN_TTL_S = 60
 DEFAULT_MAX_JOB_S = 6 * 3600
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "sentinel://")
+#: The header of a job's Celery message that names the store its task was created in (`store_identity`).
+STORE_HEADER = "mcp_celery_store"
+# What a store's identity leaves out of its URL: `user:password@` and a password or user in the query.
+_CREDENTIALS = re.compile(r"(?<=://)[^@/]*@|(?<=[?&;])(?:password|username)=[^&;]*")
 
 
 def redis_url(app: Celery, settings: Settings) -> str:
@@ -78,6 +87,18 @@ def store_target(app: Celery, settings: Settings) -> RedisTarget:
         sentinel_kwargs=options.get("sentinel_kwargs") if backend_url else None,
         setting="MCP_CELERY_REDIS_URL" if settings.redis_url else "the Celery result backend",
     )
+
+
+def store_identity(target: RedisTarget, key_prefix: str) -> str:
+    """Which store a process uses, as `PREFIX@DIGEST`: its key prefix and a digest of its address (the URL
+    without credentials, and a Sentinel master's name), never a secret.
+
+    A job's message carries its server's (`STORE_HEADER`): a worker whose own differs, and that finds no
+    record of the task, refuses the job (`mcp_celery.worker.execution`). Two spellings of one address
+    (localhost, 127.0.0.1) differ here; that is harmless, since a worker that finds the record runs the job.
+    """
+    address = f"{_CREDENTIALS.sub('', target.url)}#{target.master_name}"
+    return f"{key_prefix}@{hashlib.sha256(address.encode()).hexdigest()[:12]}"
 
 
 #: The broker URLs whose queues servers look into for lost messages (`mcp_celery.server.engine.reaper`).
@@ -131,6 +152,16 @@ class AppBinding:
     @property
     def redis_url(self) -> str:
         return self.redis.url
+
+    @cached_property
+    def identity(self) -> str:
+        """This process's store as `store_identity` names it."""
+        return store_identity(self.redis, self.keys.prefix)
+
+    @property
+    def described(self) -> str:
+        """The store in words for the logs: its URL without the password, where it came from, its key prefix."""
+        return f"{self.redis.shown} (from {self.redis.source}), key prefix {self.keys.prefix!r}, store {self.identity}"
 
     @classmethod
     def create(cls, app: Celery, settings: Settings) -> AppBinding:

@@ -45,6 +45,9 @@ class ToolSpec:
     ask_first: AskFirst | None = None
     #: How long a call from a client without the tasks extension waits for the job (None: the setting).
     inline_s: float | None = None
+    #: A call without an idempotency key that repeats one still running, created less than this many seconds
+    #: ago, gets its task (`mcp_celery.server.engine.repeats`; None: the dedupe_s setting, 0: never).
+    dedupe_s: float | None = None
     #: The statusMessage of a running workflow this tool's job handed its task over to (None: the default).
     workflow_summary: WorkflowSummary | None = None
     #: The Celery options `mcp_celery.tool` was given (the others follow the app's configuration,
@@ -62,6 +65,8 @@ class ToolSpec:
             )
         if self.inline_s is not None and not self.inline_s > 0:
             raise ToolDefinitionError(f"tool {self.name!r}: inline_s must be a positive number of seconds")
+        if self.dedupe_s is not None and not self.dedupe_s >= 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: dedupe_s must be a number of seconds (0: off)")
         if self.ask_first is not None and self.task_mode == "forbidden":
             # MRTR answers are delivered to a task; a forbidden tool never has one.
             raise ToolDefinitionError(f"tool {self.name!r}: ask_first needs task mode 'optional' or 'required'")

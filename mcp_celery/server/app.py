@@ -18,7 +18,7 @@ from mcp import types
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import Server
 
-from mcp_celery import __version__, tracing
+from mcp_celery import __version__, idempotency, tracing
 from mcp_celery.core.binding import AppBinding
 from mcp_celery.core.task_options import settle
 from mcp_celery.core.tools import registry
@@ -93,6 +93,8 @@ def serving(
     server.middleware.insert(0, _trace_context_of_http_headers)
     _add_handlers(server, service)
     server.extensions[TASKS_EXTENSION] = {}
+    # A client may send a tools/call again with the same key when its reply is lost (`engine.repeats`).
+    server.extensions[idempotency.SERVER_EXTENSION] = {"header": idempotency.HEADER, "meta": idempotency.META}
     return server, service
 
 

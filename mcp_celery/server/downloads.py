@@ -9,6 +9,10 @@ The answer carries the artifact's SHA-256 twice: as `Repr-Digest` (RFC 9530, of 
 also on a 206) and as a strong `ETag`. One `Range: bytes=...` is honoured (206 with
 `Content-Range`; 416 when it lies past the end); several ranges in one request get the whole
 artifact (200), which RFC 9110 allows.
+
+The bytes are the job's and so is their Content-Type, served on the same origin as the approval
+page: `X-Content-Type-Options: nosniff` and `Content-Security-Policy: sandbox` keep a browser that
+opens one (an HTML or SVG artifact, say) from running it as this origin's page.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from mcp_celery.server.engine.artifacts import Artifact
 from mcp_celery.server.engine.service import TaskService
 
-__all__ = ["Downloads", "byte_range"]
+__all__ = ["CONTENT_HEADERS", "Downloads", "byte_range"]
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+#: On every answer with an artifact's bytes: never sniffed, never a page of this origin (see the docstring).
+CONTENT_HEADERS = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"}
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None | bool:
@@ -86,6 +92,7 @@ class Downloads:
         meta = artifact.meta
         digest = base64.b64encode(bytes.fromhex(meta.sha256)).decode()
         headers = {
+            **CONTENT_HEADERS,
             "Accept-Ranges": "bytes",
             "ETag": f'"{meta.sha256}"',
             "Repr-Digest": f"sha-256=:{digest}:",

@@ -13,8 +13,9 @@ body carries a `progressToken` takes the streaming app; `subscriptions/listen` s
 every GET goes, authenticated with the MCP endpoint's own token verifier.
 
 Beside them, `/approvals` is the approval page (`mcp_celery.server.approvals`), over the same task
-service. In front of both, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint and its
-authentication (`mcp_celery.server.ops.operations`).
+service. In front of all of them, the Host and Origin check (`mcp_celery.server.edge.hosts`); in
+front of that, `/healthz`, `/readyz` and `/metrics` are answered outside the MCP endpoint, its Host
+check and its authentication (`mcp_celery.server.ops.operations`; /metrics has its own).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from starlette.types import ASGIApp
 
 from mcp_celery.core.celery_app import load_app
 from mcp_celery.server.app import serving
-from mcp_celery.server.approvals import approval_app
+from mcp_celery.server.approvals import approval_app, oidc_client
 from mcp_celery.server.downloads import Downloads
-from mcp_celery.server.edge import auth
+from mcp_celery.server.edge import auth, handshake
+from mcp_celery.server.edge.hosts import HostCheck
 from mcp_celery.server.edge.refusals import RewordedRefusals
 from mcp_celery.server.ops import metrics
 from mcp_celery.server.ops.operations import OperationsRoutes
@@ -61,6 +63,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 #: How a request asks for progress notifications (`params._meta.progressToken`), as bytes in its body.
 _PROGRESS_TOKEN = b'"progressToken"'
+#: How an `initialize` request names its method, as bytes in its body.
+_INITIALIZE = b'"initialize"'
 
 
 def http_app(app_spec: str, host: str, port: int, settings: Settings | None = None) -> ASGIApp:
@@ -79,32 +83,41 @@ def http_app(app_spec: str, host: str, port: int, settings: Settings | None = No
     celery_app = load_app(app_spec)
     server, service = serving(celery_app, settings)
     options = auth.http_app_options(settings, host, port)
+    verifier: auth.Verifiers | None = options.get("token_verifier")
+    service.gate.public_url = auth.public_url(settings, host, port)  # the approval page a held call links to
     # GET /artifacts/{taskId}/{name}: artifacts of any size, with /mcp's credentials (`downloads`).
-    download = Route(DOWNLOAD_PATH, Downloads(service, options.get("token_verifier")).endpoint, methods=["GET"])
+    download = Route(DOWNLOAD_PATH, Downloads(service, verifier).endpoint, methods=["GET"])
     json_app = server.streamable_http_app(
         stateless_http=True, json_response=True, custom_starlette_routes=[download], **options
     )
     streaming_app = server.streamable_http_app(stateless_http=True, json_response=False, **options)
     # The SDK's bare refusals (413, 421, 403, a body that is not JSON-RPC) say what to do.
     mcp: ASGIApp = RewordedRefusals(ProgressRouter(json_app, streaming_app, settings.max_request_bytes), settings)
-    if "token_verifier" in options:
+    if verifier is not None:
         mcp = auth.CountedRefusals(mcp)
-    # The approval page (`/approvals`) signs people in with the same verifier; its lifespan is the MCP app's.
-    mcp = PathRouter({"/approvals": approval_app(service, options.get("token_verifier"))}, mcp)
-    # The probes and /metrics answer before the MCP app's Host check and authentication.
+    # The approval page (`/approvals`) signs people in with the same verifier, and with the OpenID Connect
+    # provider when one is configured; its lifespan is the MCP app's.
+    oidc = oidc_client(settings, auth.public_url(settings, host, port))
+    mcp = PathRouter({"/approvals": approval_app(service, verifier, oidc)}, mcp)
+    # DNS rebinding: Host and Origin are checked for /mcp, /approvals and /artifacts alike.
+    mcp = HostCheck(mcp, settings)
+    # The probes and /metrics answer before the Host check and the MCP app's authentication.
     readiness = Readiness(celery_app, settings)
-    return OperationsRoutes(mcp, readiness, settings, serve_metrics=settings.metrics_port is None)
+    metrics_here = settings.metrics_port is None
+    return OperationsRoutes(mcp, readiness, settings, serve_metrics=metrics_here, verifier=verifier)
 
 
-def metrics_app(app_spec: str, settings: Settings | None = None) -> ASGIApp:
+def metrics_app(app_spec: str, settings: Settings, host: str, port: int) -> ASGIApp:
     """The ASGI app of `--metrics-port`: /metrics, /healthz and /readyz only (404 for the rest).
 
     It runs in the process that started the server processes: /metrics sums theirs (multiprocess
-    mode) or, with a single process, shows that process's own.
+    mode) or, with a single process, shows that process's own. /metrics asks what it asks on the MCP
+    port (`host`, `port`: the MCP endpoint's, whose verifier it uses).
     """
-    settings = settings or Settings()
     metrics.configure(settings)
-    return OperationsRoutes(None, Readiness(load_app(app_spec), settings), settings, serve_metrics=True)
+    verifier = auth.build_verifier(settings, auth.public_url(settings, host, port))
+    readiness = Readiness(load_app(app_spec), settings)
+    return OperationsRoutes(None, readiness, settings, serve_metrics=True, verifier=verifier)
 
 
 def http_app_from_env() -> ASGIApp:
@@ -163,6 +176,9 @@ class ProgressRouter:
             more = bool(message.get("more_body"))
         body = b"".join(chunks)
         app = self.streaming_app if _PROGRESS_TOKEN in body else self.json_app
+        # An initialize-era client's declaration rides in its session id (`handshake`).
+        if _INITIALIZE in body and (session := handshake.session_id(body)) is not None:
+            send = handshake.with_session_id(send, session)
         replayed = False
 
         async def replay() -> Message:

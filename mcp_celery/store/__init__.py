@@ -11,9 +11,10 @@ the same commands and decode with the same codec, so the two sides cannot drift.
     connect.py       Redis clients from a URL and the settings, sync or asyncio
     sync.py          the worker's store; sync_waits.py its waiting loops, sync_members.py workflows,
                      sync_artifacts.py artifacts, sync_output.py the live output
-    artifacts.py     artifact names, URIs and meta, and the fsspec stores of their bytes
+    artifacts.py     artifact names, URIs and meta
+    artifact_files.py  artifacts in a file system or object store: the layout, the sweep's marker
     output.py        a task's live output: what is kept, and how a reader sees it
-    aio.py           the server's store
+    aio.py           the server's store; gated.py what a call the approval policy holds adds to it
     replication.py   the WAIT behind a write that must outlive a failover
     retry.py         how the worker's store waits out a Redis away for a moment
     ended.py         the stream of ended tasks, for the deployment's figures

@@ -28,10 +28,13 @@ COMMANDS = (
     # reporting replica's lease (mcp_celery.store.deployment, mcp_celery.server.ops.deployment_metrics)
     "xadd", "xrevrange", "xreadgroup", "xgroup|create", "zcard", "zremrangebyscore", "pexpire",
     # artifacts in Redis (their lifetime follows the record's; ranged reads), parked answers (ANSWER
-    # looks for open requests), the approval page's failed sign-ins
-    "pttl", "hkeys", "getrange", "incr",
-    # a task's live output (ctx.output)
-    "append",
+    # looks for open requests), the approval page's sign-in attempts (a success is taken back; redis-py's
+    # incr and decr send INCRBY and DECRBY)
+    "pttl", "hkeys", "getrange", "incrby", "decrby",
+    # a task's live output (ctx.output); an artifact streamed into Redis in pieces, then renamed whole
+    "append", "rename",
+    # the approval page's OpenID Connect sign-in attempts, each taken once
+    "getdel",
 )  # fmt: skip
 
 #: Added on a cluster: sharded events, and what the cluster client asks to learn the slots.

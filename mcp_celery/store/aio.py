@@ -4,7 +4,8 @@ Writes that change what `tasks/get` shows also PUBLISH on the task's event chann
 round trip, as the worker's writes do.
 
 Round trips: `read` (the whole of `tasks/get`) is one HGETALL on the record; `create` is one
-pipeline (HSET and EXPIRE, plus the owner's index under a quota).
+pipeline (HSET and EXPIRE, plus the owner's index under a quota; with a call's claim, one script instead
+of the HSET and EXPIRE, and on a cluster one round trip more).
 
 Acknowledged means replicated, when asked (`mcp_celery.store.replication`): an answer and a cancel
 run in one pipeline with a WAIT for the replicas, and `confirm_replicated` does the same for a new
@@ -28,7 +29,7 @@ from mcp_celery.store.ended import STREAM_MAXLEN, EndedEntry
 from mcp_celery.store.replication import NotOnPrimary, NotReplicated, check_replicas, queue_wait
 from mcp_celery.store.schema import FIELD, Durability, Keys, Lifetimes, TaskRecord, as_text, decode_hash
 
-__all__ = ["AsyncStore", "CancelOutcome", "JobMarks", "NotReplicated"]
+__all__ = ["AsyncStore", "CallClaim", "CancelOutcome", "JobMarks", "NotReplicated"]
 
 #: What a cancel found: a job not started yet (now cancelled), a started one (told), or an ended task.
 CancelOutcome = Literal["unstarted", "parked", "started", "ended"]
@@ -36,6 +37,16 @@ CancelOutcome = Literal["unstarted", "parked", "started", "ended"]
 
 def _pairs(items: Mapping[str, str]) -> list[str]:
     return [part for pair in items.items() for part in pair]
+
+
+class CallClaim(NamedTuple):
+    """A call's claim on its idempotency key or dedupe window (`Keys.idempotency_key`, `Keys.recent_call`):
+    `value` held there for `lifetime_ms`, unless another claim is; `replacing`: one found stale, taken over."""
+
+    key: str
+    value: str
+    lifetime_ms: int
+    replacing: str = ""
 
 
 class JobMarks(NamedTuple):
@@ -64,6 +75,10 @@ class AsyncStore:
         self._freeze = client.register_script(scripts.publishing(scripts.FREEZE, publish))
         self._cancel = client.register_script(scripts.publishing(scripts.CANCEL, publish))
         self._output_read = client.register_script(scripts.OUTPUT_READ)
+        self._claim_call = client.register_script(scripts.CLAIM_CALL)
+        self._release_call = client.register_script(scripts.RELEASE_CALL)
+        self._claimed_create = AsyncPipelined(client, [client.register_script(scripts.CLAIM_AND_CREATE)])
+        self._cluster = is_cluster(client)
         self._pipelined = AsyncPipelined(client, [self._answer, self._cancel])
 
     async def create(
@@ -73,7 +88,8 @@ class AsyncStore:
         index: bool = False,
         check_at_ms: int | None = None,
         then: Sequence[tuple[str, tuple[Any, ...]]] = (),
-    ) -> None:
+        claim: CallClaim | None = None,
+    ) -> str | None:
         """Write the record, so that `tasks/get` succeeds before the job is queued.
 
         `index` also adds the task to its owner's set (only kept when a per-principal quota is set).
@@ -81,20 +97,47 @@ class AsyncStore:
         (the task waits in `live` with that score; JOB_START replaces it with the heartbeat's).
         `then` are more commands for the same round trip, run after the record's (the job's
         message, when the broker is this Redis database: see `server.publish`).
+        `claim`: taken with the record (in its round trip on one Redis server, just before on a cluster):
+        when another call holds it, the record is not written, nor `then` run, and its claim is returned.
         """
+        if claim is not None and self._cluster:  # the claim's key is in a slot of its own
+            if (held := await self.claim_call(claim)) is not None:
+                return held
+            claim = None
         key = self.keys.task(record.task_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=dict(record.to_hash()))  # type: ignore[arg-type]
-            pipe.expire(key, self.lifetimes.live_s)
-            if check_at_ms is not None:
+
+        def build(pipe: Any) -> None:
+            if claim is None:
+                pipe.hset(key, mapping=dict(record.to_hash()))
+                pipe.expire(key, self.lifetimes.live_s)
+            if check_at_ms is not None:  # with a claim held by another call: an entry dropped when looked at
                 pipe.zadd(self.keys.live(), {record.task_id: check_at_ms})
             if index:
                 owned = self.keys.owner_tasks(record.owner)
                 pipe.zadd(owned, {record.task_id: record.created_ms})
                 pipe.expire(owned, self.lifetimes.live_s)
+            if claim is not None:  # the record, then the message, as below, but only if this call takes the claim
+                fields = _pairs(record.to_hash())
+                message = [part for name, args in then for part in (name, len(args), *args)]
+                claimed = [*claim[1:], self.lifetimes.live_s, len(fields) // 2, *fields, *message]
+                queue_script(pipe, self._claimed_create.scripts[0], [claim.key, key], claimed)
+                return
             for name, args in then:
                 getattr(pipe, name)(*args)
-            await pipe.execute()
+
+        replies = await self._claimed_create(build)
+        held = replies[-1] if claim is not None else None
+        return None if held is None else as_text(held)
+
+    async def claim_call(self, claim: CallClaim) -> str | None:
+        """Take `claim` unless another claim holds its key: None when this one does now, else the claim held
+        (`scripts.CLAIM_CALL`)."""
+        held = await self._claim_call(keys=[claim.key], args=list(claim[1:]))
+        return None if held is None else as_text(held)
+
+    async def release_call(self, key: str, claim: str) -> None:
+        """Drop `claim` from `key` while it holds it (its task could not be created)."""
+        await self._release_call(keys=[key], args=[claim])
 
     async def owned(self, owner: str) -> list[tuple[str, TaskRecord | None]]:
         """Every task in the owner's set with its record: two round trips in all."""
@@ -359,18 +402,47 @@ class AsyncStore:
         raw = await self.redis.hget(self.keys.answers(task_id), key)  # type: ignore[misc]
         return None if raw is None else cast(dict[str, Any], json.loads(as_text(raw)))
 
-    async def failed_sign_ins(self, source: str) -> int:
-        """The failed sign-ins from `source` in its current window."""
-        return int(await self.redis.get(self.keys.sign_ins(source)) or 0)
+    async def count_sign_in(self, source: str, window_s: int) -> int:
+        """Count one sign-in attempt from `source` before it is checked; returns the attempts in its window.
 
-    async def count_failed_sign_in(self, source: str, window_s: int) -> int:
-        """Count one failed sign-in from `source`; returns the failures in its current window."""
+        Increment-then-compare: of a burst, each attempt gets its own count, so no more than the limit
+        are ever checked (`forgive_sign_in` takes a successful one back).
+        """
         key = self.keys.sign_ins(source)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(key, 0, ex=window_s, nx=True)  # the window starts at the first attempt (Redis 6: no EXPIRE NX)
             pipe.incr(key)
             _, count = await pipe.execute()
         return int(count)
+
+    async def forgive_sign_in(self, source: str, window_s: int) -> None:
+        """Take back the attempt `count_sign_in` counted, for a sign-in that succeeded."""
+        key = self.keys.sign_ins(source)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, 0, ex=window_s, nx=True)  # never a counter without expiry, should the window end just now
+            pipe.decr(key)
+            await pipe.execute()
+
+    async def put_session(self, digest: str, session: str, ttl_s: int) -> None:
+        """Keep a session (JSON) under its id's digest for `ttl_s` seconds."""
+        await self.redis.set(self.keys.session(digest), session, ex=max(ttl_s, 1))
+
+    async def session(self, digest: str) -> str | None:
+        """The session kept under `digest`, or None (never opened, ended or expired)."""
+        raw = await self.redis.get(self.keys.session(digest))
+        return None if raw is None else as_text(raw)
+
+    async def end_session(self, digest: str) -> None:
+        await self.redis.delete(self.keys.session(digest))
+
+    async def keep_sign_in_attempt(self, state_digest: str, attempt: bytes, ttl_s: int) -> None:
+        """Keep an OpenID Connect sign-in attempt until the person comes back from the provider, or `ttl_s`."""
+        await self.redis.set(self.keys.sign_in_attempt(state_digest), attempt, ex=ttl_s)
+
+    async def take_sign_in_attempt(self, state_digest: str) -> bytes | None:
+        """The attempt kept under `state_digest`, removed in the same command: a second take gets None."""
+        found = await self.redis.getdel(self.keys.sign_in_attempt(state_digest))
+        return found.encode() if isinstance(found, str) else found
 
     async def delete(self, task_id: str) -> None:
         await self.redis.delete(self.keys.task(task_id), self.keys.output(task_id))

@@ -1,11 +1,12 @@
 """Artifacts: the files a job hands over beside its result, their names, URIs and where their bytes live.
 
-Tier 1 (redis-free; fsspec for the stores that are not Redis). A task's artifact `report.csv` is
+Tier 1, pure (neither Redis nor fsspec). A task's artifact `report.csv` is
 
 - a field `art:report.csv` of the task's record, holding its `ArtifactMeta` (JSON: size, MIME type,
   SHA-256), so that `tasks/get` and the owner check read it in the record's one HGETALL;
 - its bytes: with `MCP_CELERY_ARTIFACTS=redis` a string key beside the record (`Keys.artifact`),
-  expiring with it; with an fsspec URL the file `URL/<taskId>/<name>`.
+  expiring with it; with an fsspec URL the file `URL/<key prefix>/<taskId>/<name>`
+  (`mcp_celery.store.artifact_files`).
 
 Names are checked once, here, for the worker that writes and the server that reads: a name is a
 single path segment of printable characters, so it can never leave the task's folder or key.
@@ -17,15 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import mimetypes
-from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
-from fsspec.core import url_to_fs
-
-from mcp_celery.errors import ArtifactError, ConfigurationError
+from mcp_celery.errors import ArtifactError
 from mcp_celery.protocol import ARTIFACT_URI_PREFIX, artifact_uri, split_artifact_uri
 from mcp_celery.store.schema import ARTIFACT_PREFIX
 
@@ -35,10 +32,9 @@ __all__ = [
     "REDIS",
     "URI_PREFIX",
     "ArtifactMeta",
-    "FsspecArtifacts",
     "artifact_uri",
     "check_name",
-    "fsspec_store",
+    "over_quota",
     "parse_uri",
 ]
 
@@ -72,6 +68,15 @@ def check_name(name: object) -> str:
     if not name.isprintable():
         raise ArtifactError(f"artifact name {name!r} may contain printable characters only")
     return name
+
+
+def over_quota(name: str, total: int, quota: int) -> ArtifactError:
+    """The error of an artifact that would take the task's artifacts in Redis to `total` bytes, past `quota`."""
+    return ArtifactError(
+        f"artifact {name!r} would take the task's artifacts in Redis to {total:,} bytes, over "
+        f"MCP_CELERY_ARTIFACT_MAX_BYTES={quota:,}; raise it, or keep artifacts in a file system or object "
+        "store (MCP_CELERY_ARTIFACTS=file:///... or s3://...)"
+    )
 
 
 def parse_uri(uri: str) -> tuple[str, str] | None:
@@ -141,59 +146,3 @@ def digest_of_file(path: Path) -> tuple[int, str]:
             digest.update(chunk)
             size += len(chunk)
     return size, digest.hexdigest()
-
-
-class FsspecArtifacts:
-    """Artifacts in an fsspec file system: `<root>/<taskId>/<name>`."""
-
-    def __init__(self, url: str) -> None:
-        try:
-            fs, root = url_to_fs(url)
-        except (ImportError, ValueError) as exc:  # e.g. s3:// without s3fs installed
-            raise ConfigurationError(f"MCP_CELERY_ARTIFACTS={url!r}: {exc}") from exc
-        self.url = url
-        self.fs: fsspec.AbstractFileSystem = fs
-        self.root = root.rstrip("/")
-
-    def path(self, task_id: str, name: str) -> str:
-        return f"{self.root}/{task_id}/{check_name(name)}"
-
-    def put_bytes(self, task_id: str, name: str, data: bytes) -> None:
-        self.fs.makedirs(f"{self.root}/{task_id}", exist_ok=True)
-        self.fs.pipe_file(self.path(task_id, name), data)
-
-    def put_file(self, task_id: str, name: str, local: Path) -> None:
-        self.fs.makedirs(f"{self.root}/{task_id}", exist_ok=True)
-        self.fs.put_file(str(local), self.path(task_id, name))
-
-    def remove(self, task_id: str, name: str) -> None:
-        path = self.path(task_id, name)
-        if self.fs.exists(path):
-            self.fs.rm(path)
-
-    def read(self, task_id: str, name: str, start: int, end: int) -> Generator[bytes, None, None]:
-        """The bytes `start` to `end` (exclusive), a chunk at a time."""
-        with self.fs.open(self.path(task_id, name), "rb") as file:
-            file.seek(start)
-            left = end - start
-            while left > 0 and (chunk := file.read(min(CHUNK, left))):
-                left -= len(chunk)
-                yield chunk
-
-    def task_folders(self) -> list[str]:
-        """The task ids that have a folder (the sweep's candidates)."""
-        if not self.fs.exists(self.root):
-            return []
-        return [str(path).rstrip("/").rsplit("/", 1)[-1] for path in self.fs.ls(self.root, detail=False)]
-
-    def remove_task(self, task_id: str) -> None:
-        """Remove a task's folder and everything in it; a folder already gone is fine."""
-        try:
-            self.fs.rm(f"{self.root}/{task_id}", recursive=True)
-        except FileNotFoundError:
-            pass
-
-
-def fsspec_store(setting: str) -> FsspecArtifacts | None:
-    """The fsspec store `MCP_CELERY_ARTIFACTS` names; None for `redis`."""
-    return None if setting == REDIS else FsspecArtifacts(setting)

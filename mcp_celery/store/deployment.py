@@ -11,8 +11,8 @@ Tier 1 (redis-py, no Celery). What it reads, and what keeps it:
   once it has run its first MCP job.
 * Queues: the length of each of the broker's queue lists (kombu's Redis layout, one list per
   priority step) and of its unacked hash: one LLEN/HLEN each, on the broker's Redis.
-* Unfinished tasks: ZCARD of `Keys.live()` (the reaper's watch list: with a Redis broker every
-  task not ended, with RabbitMQ only those a worker has taken).
+* Unfinished tasks: ZCARD of `Keys.live()` (the reaper's watch list: every task not ended, with any
+  broker, since servers look at an unstarted task for a worker's refusal).
 * Recent endings: the latest `RECENT` entries of the ended stream (`mcp_celery.store.ended`), with
   their reasons; absent on a cluster store, which keeps no stream.
 """

@@ -42,6 +42,7 @@ a reader can see is PUBLISHed on the task's `events` channel.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Mapping
@@ -105,6 +106,9 @@ class FIELD:
     RESUME = "resume"
     #: Bytes of the task's live output dropped so far (only the last MCP_CELERY_OUTPUT_KEEP_BYTES are kept).
     OUTPUT_DROPPED = "out-dropped"
+    #: On a task an approval policy held before its job was queued: what the approval is bound to (JSON,
+    #: `mcp_celery.store.gated`); with `PARKED` and `RESUME` until the decision.
+    GATE = "gate"
 
 
 #: What the scripts PUBLISH on a task's event channel when its live output grew (every other message
@@ -180,6 +184,10 @@ class Keys:
         """The bytes of a task's artifact `name` (`MCP_CELERY_ARTIFACTS=redis`; `mcp_celery.store.artifacts`)."""
         return f"{self.task(task_id)}:artifact:{name}"
 
+    def artifact_staging(self, task_id: str, name: str) -> str:
+        """Where an artifact streamed into Redis is written in pieces, then renamed to `artifact` when whole."""
+        return f"{self.task(task_id)}:artifact-staging:{name}"
+
     def output(self, task_id: str) -> str:
         """The task's live output (`ctx.output`; `mcp_celery.store.output`), expiring with the record."""
         return f"{self.task(task_id)}:output"
@@ -228,6 +236,18 @@ class Keys:
         """Counter of the approval page's sign-in attempts from one source (a digest), expiring with its window."""
         return f"{self.prefix}:sign-ins:{source}"
 
+    def session(self, digest: str) -> str:
+        """A signed-in session (JSON; `mcp_celery.server.edge.sessions`), under a digest of its id, expiring with it."""
+        return f"{self.prefix}:session:{digest}"
+
+    def sign_in_attempt(self, state_digest: str) -> str:
+        """An OpenID Connect sign-in on its way through the provider (JSON), under a digest of its `state`.
+
+        Written when the page sends a person to the provider, taken (GETDEL: once) when they come back;
+        expires on its own if they never do.
+        """
+        return f"{self.prefix}:sign-in-attempt:{state_digest}"
+
     def ended(self) -> str:
         """Stream of the tasks that ended (`mcp_celery.store.ended`); not kept on a cluster store."""
         return f"{self.prefix}:ended"
@@ -251,6 +271,26 @@ class Keys:
     def owner_tasks(self, principal: str) -> str:
         """Sorted set (score: creation ms) of a principal's task ids; kept only with a live-task quota."""
         return f"{self.prefix}:owner:{principal}"
+
+    def idempotency_key(self, principal: str, key: str) -> str:
+        """The task a principal's idempotency key names (a claim, `mcp_celery.server.engine.repeats`).
+
+        Named by a digest, so that neither the key nor the principal shows in Redis, and hash-tagged
+        by it: the claim is one key, in a slot of its own on a cluster.
+
+        >>> Keys().idempotency_key("alice", "k-1")
+        'mcp-celery:idempotency:{cb664db72064f28a214cb2bf3ad26f13}'
+        """
+        return f"{self.prefix}:idempotency:{{{_pair_digest(principal, key)}}}"
+
+    def recent_call(self, principal: str, call: str) -> str:
+        """The task a principal's call (`mcp_celery.core.calls.call_digest`) made within its tool's dedupe window."""
+        return f"{self.prefix}:recent-call:{{{_pair_digest(principal, call)}}}"
+
+
+def _pair_digest(principal: str, text: str) -> str:
+    """A digest of (principal, text) that no other pair shares (the principal's length goes first)."""
+    return hashlib.sha256(f"{len(principal)}:{principal}{text}".encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -323,6 +363,8 @@ class TaskRecord:
     resume: str | None = None
     #: The task's artifacts: name -> its meta (JSON, `mcp_celery.store.artifacts.ArtifactMeta`), in write order.
     artifacts: dict[str, str] = field(default_factory=lambda: {})
+    #: Held by the approval policy before its job was queued: what the approval is bound to (`FIELD.GATE`).
+    gate: dict[str, Any] | None = None
 
     def to_hash(self) -> dict[str, str]:
         """Fields written when the task is created (the rest are written as it runs)."""
@@ -376,6 +418,7 @@ class TaskRecord:
             parked_until_ms=_int_or_none(raw.get(FIELD.PARKED)),
             resume=raw.get(FIELD.RESUME) or None,
             artifacts={k[len(ARTIFACT_PREFIX) :]: v for k, v in raw.items() if k.startswith(ARTIFACT_PREFIX)},
+            gate=_json_or_none(raw.get(FIELD.GATE)),
         )
 
     @property

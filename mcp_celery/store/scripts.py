@@ -7,6 +7,8 @@ beside the script, in the same round trip (see `Keys.live` for why that keeps th
 The `ended` stream (`mcp_celery.store.ended`) is one key too, but written only inside the scripts
 (once per ending, which only a script can tell), and so only on one Redis server: on a cluster
 the callers pass no stream key, and the scripts write none.
+One script is the exception, and runs only on one Redis server, never a cluster: CLAIM_AND_CREATE
+takes a call's claim (a key of its own) and writes the task's record (and its job's message) in one step.
 The scripts announce changes with `redis.call('PUBLISH', ...)`; `publishing` makes that SPUBLISH
 for a cluster store (sharded pub/sub), the one place the command changes.
 """
@@ -21,6 +23,8 @@ __all__ = [
     "ARTIFACT_PUT",
     "BEAT",
     "CANCEL",
+    "CLAIM_AND_CREATE",
+    "CLAIM_CALL",
     "FREEZE",
     "JOB_END",
     "JOB_START",
@@ -31,6 +35,7 @@ __all__ = [
     "PARK",
     "POST_INPUTS",
     "PROGRESS",
+    "RELEASE_CALL",
     "TAKEN",
     "publishing",
 ]
@@ -320,15 +325,21 @@ return 'parked'
 """
 
 
-# KEYS[1] task hash, then KEYS[2] the artifact's bytes when they are kept in Redis.
+# KEYS[1] task hash, then KEYS[2] the artifact's bytes when they are kept in Redis, and KEYS[3] the
+# staging key they were streamed into (`Keys.artifact_staging`) when they are not in ARGV[5].
 # ARGV[1] the artifact's name, ARGV[2] its meta (JSON), ARGV[3] its size, ARGV[4] the task's quota
-# (bytes of artifacts in Redis) or '', ARGV[5] the bytes (with KEYS[2]).
+# (bytes of artifacts in Redis) or '', ARGV[5] the bytes (with KEYS[2] alone).
 # An artifact of a task whose record still exists, in one step: the quota counts every other
-# artifact of the task (one written again under the same name replaces it); the bytes expire with
-# the record as it stands (JOB_END's caller expires them again with it, `SyncStore.expire_artifacts`).
+# artifact of the task (one written again under the same name replaces it); the bytes, set or
+# renamed from the staging key, expire with the record as it stands (JOB_END's caller expires them
+# again with it, `SyncStore.expire_artifacts`). A staging key is deleted whatever the outcome.
 # Returns {1, 0} when stored, {0, used} when over the quota, {-1, 0} when the record is gone.
 ARTIFACT_PUT = f"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0}} end
+local function refuse(code, used)
+  if #KEYS > 2 then redis.call('DEL', KEYS[3]) end
+  return {{code, used}}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return refuse(-1, 0) end
 local field = '{ARTIFACT_PREFIX}' .. ARGV[1]
 if ARGV[4] ~= '' then
   local used = 0
@@ -338,12 +349,20 @@ if ARGV[4] ~= '' then
       used = used + cjson.decode(all[i + 1])['size']
     end
   end
-  if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return {{0, used}} end
+  if used + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return refuse(0, used) end
+end
+if #KEYS > 2 then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('RENAME', KEYS[3], KEYS[2])
+  else
+    redis.call('SET', KEYS[2], '')
+  end
+elseif #KEYS > 1 then
+  redis.call('SET', KEYS[2], ARGV[5])
 end
 if #KEYS > 1 then
-  redis.call('SET', KEYS[2], ARGV[5])
   local ttl = redis.call('PTTL', KEYS[1])
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) elseif ttl == -1 then redis.call('PERSIST', KEYS[2]) end
 end
 redis.call('HSET', KEYS[1], field, ARGV[2])
 return {{1, 0}}
@@ -378,4 +397,48 @@ return 1
 # could cut the output and count the cut in between). Returns {dropped or false, output or false}.
 OUTPUT_READ = f"""
 return {{redis.call('HGET', KEYS[1], '{FIELD.OUTPUT_DROPPED}'), redis.call('GET', KEYS[2])}}
+"""
+
+
+# KEYS[1] a call's claim: an idempotency key's or a dedupe window's (`Keys.idempotency_key`, `Keys.recent_call`).
+# ARGV[1] this call's claim (JSON: its task, its call's digest, when), ARGV[2] the claim's lifetime (ms),
+# ARGV[3] a claim the caller found stale and may replace (its task gone, or ended for a window), or ''.
+# Claims the call for this request unless another one holds it: one key, read and written in one step,
+# so of any number of calls racing with one key exactly one creates a task and the others find it.
+# Returns false when claimed, else the claim held (the caller reads its task).
+CLAIM_CALL = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[3] then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+
+# KEYS[1] a call's claim, KEYS[2] the new task's hash; on one Redis server only (the claim is in another slot).
+# ARGV[1..3] as CLAIM_CALL's, ARGV[4] the record's lifetime (s), ARGV[5] how many field/value pairs of the
+# record follow, the pairs, then the commands that queue the job's message when the broker is this database
+# (kombu's LPUSH, PEXPIRE, PUBLISH), each as its name, its argument count and its arguments.
+# CLAIM_CALL and the record's write (HSET, EXPIRE; then the message) in one step, so that a call with a key
+# costs the round trips of one without: nothing is written unless this call takes the claim. Returns as
+# CLAIM_CALL does.
+CLAIM_AND_CREATE = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[3] then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local last = 5 + 2 * tonumber(ARGV[5])
+redis.call('HSET', KEYS[2], unpack(ARGV, 6, last))
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+local i = last + 1
+while i <= #ARGV do
+  local count = tonumber(ARGV[i + 1])
+  redis.call(ARGV[i], unpack(ARGV, i + 2, i + 1 + count))
+  i = i + 2 + count
+end
+return false
+"""
+
+# KEYS[1] a call's claim. ARGV[1] the claim to drop: the caller's, whose task could not be created.
+# Dropped only while it still holds ARGV[1] (another call may have replaced it since). Returns 1 when dropped.
+RELEASE_CALL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """

@@ -76,7 +76,7 @@ class Asked:
 
         Raises:
             InputNotSupported: MCP_CELERY_PUBLIC_URL is not set on the worker.
-            TypeError: `details` is not JSON.
+            TypeError: `details` is not JSON, or `approvers` not a list of names (ValueError: an empty one).
         """
         json.dumps(dict(details or {}))  # refused here, not when the record is written
         arguments = redacted_arguments(job_arguments(task_request))

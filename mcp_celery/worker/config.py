@@ -16,11 +16,13 @@ from typing import Any
 
 from celery import Celery
 
+from mcp_celery import logs
 from mcp_celery.core.binding import AppBinding, max_job_s, queues_readable
 from mcp_celery.core.task_options import configured, mark_configured, settle
 from mcp_celery.core.tools import registry
 from mcp_celery.errors import McpCeleryError
 from mcp_celery.settings import Settings
+from mcp_celery.store.artifact_files import check_store
 from mcp_celery.store.connect import sync_client
 from mcp_celery.store.probe import RedisUnreachable, probe
 from mcp_celery.store.sync import SyncStore
@@ -171,7 +173,8 @@ _BINDINGS: weakref.WeakKeyDictionary[Celery, WorkerBinding] = weakref.WeakKeyDic
 
 
 def check_at_worker_start(sender: Any = None, **_: Any) -> None:
-    """A worker of an app with MCP tools stops at once, in one line, when mcp-celery has no usable Redis.
+    """A worker of an app with MCP tools stops at once, in one line, when mcp-celery has no usable Redis,
+    or cannot write where MCP_CELERY_ARTIFACTS keeps artifacts.
 
     No Redis configured, a URL that cannot work, and a Redis that refuses us (TLS, credentials,
     ACL, a cluster older than Redis 7) stop it; a Redis that is just not answering yet only gets a
@@ -193,6 +196,9 @@ def check_at_worker_start(sender: Any = None, **_: Any) -> None:
         settle(app)  # the configuration as this worker runs it, whatever the order of definitions
         binding = worker_binding(app)
         _check_redis(binding.binding)
+        check_store(binding.settings.artifacts, binding.binding.keys.prefix)  # a bucket, its credentials
+        # Servers say theirs at start too: a job created in another store is refused, naming both.
+        logs.announce(f"task store {binding.binding.described}")
     except McpCeleryError as exc:
         print(f"mcp-celery: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

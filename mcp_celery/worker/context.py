@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -215,18 +215,18 @@ class JobContext:
     def artifact(
         self,
         name: str,
-        data: bytes | str | None = None,
+        data: bytes | str | Iterable[bytes] | None = None,
         *,
         path: str | Path | None = None,
         mime_type: str | None = None,
     ) -> dict[str, Any]:
-        """Hand over a file beside the result: `data` (bytes, or text stored as UTF-8) or the file at `path`.
+        """Hand over a file beside the result: `data` (bytes, text stored as UTF-8, or an iterable of bytes
+        stored as it comes, never held whole) or the file at `path`.
 
         The final result lists every artifact as a `resource_link`; clients read it with `resources/read`
         or download it (`docs/guides/artifacts.md`). It lives as long as the task's record, also when the
         task fails or is cancelled; writing a name again replaces it. `name`: one path segment of at most
         200 printable characters, without `..`; `mime_type`: default guessed from the name.
-
         Returns the artifact's `resource_link` content block (`type`, `uri`, `name`, `mimeType`, `size`).
 
         Raises:
@@ -353,14 +353,14 @@ class JobContext:
         *,
         approvers: Sequence[str] | None = None,
         details: Mapping[str, Any] | None = None,
-        four_eyes: bool = False,
+        four_eyes: bool = True,
         timeout: float | None = None,
     ) -> approval.Approval:
         """Ask a named person to decide on the server's approval page (`mcp_celery.worker.approvals`).
 
-        `approvers`: principals who may decide (token file names, JWT subjects; None: anyone signed
-        in); `details`: a small JSON object shown on the page; `four_eyes`: the caller may not decide;
-        `timeout`: seconds to wait for the decision (default the `input_timeout_s` setting).
+        `approvers`: a list of principals who may decide (None: anyone signed in but the caller; a `str`
+        raises TypeError); `details`: a small JSON object shown on the page; `four_eyes`: the caller may
+        not decide (only an explicit False lets them); `timeout`: seconds to wait (default `input_timeout_s`).
 
         Raises:
             InputNotSupported: not started through MCP, called synchronously, or MCP_CELERY_PUBLIC_URL unset.

@@ -53,6 +53,7 @@ def tool(
     ask_first: AskFirst | None = None,
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
+    dedupe_s: float | None = None,
     park_after_s: ParkAfter = "setting",
     workflow_summary: WorkflowSummary | None = None,
     **task_options: Any,
@@ -70,6 +71,7 @@ def tool(
     ask_first: AskFirst | None = None,
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
+    dedupe_s: float | None = None,
     park_after_s: ParkAfter = "setting",
     workflow_summary: WorkflowSummary | None = None,
     **task_options: Any,
@@ -99,6 +101,10 @@ def tool(
         inline_s: how long a call from a client without the tasks extension waits for the job
             before it answers with a task handle (the job runs on); default the inline_s setting
             (MCP_CELERY_INLINE_S, 20 s).
+        dedupe_s: for hosts that retry a call without an idempotency key: a call of the same principal
+            with the same arguments as one whose task has not ended and was created less than this many
+            seconds ago gets that task instead of running the job again (0: never; default the dedupe_s
+            setting, MCP_CELERY_DEDUPE_S, 0). A call with a key is decided by its key alone.
         park_after_s: how long a question waits for its answer in the worker process before the
             job parks (its run ends and frees the process; the answer runs it again from the top
             on any worker, see `JobContext.once`): "setting" (the default) for the park_after_s
@@ -150,6 +156,7 @@ def tool(
             terminate_on_cancel=terminate_on_cancel,
             ask_first=ask_first,
             inline_s=inline_s,
+            dedupe_s=dedupe_s,
             workflow_summary=workflow_summary,
             given=given,
         )
@@ -198,6 +205,7 @@ def expose(
     terminate_on_cancel: bool = False,
     retry_on_worker_loss: bool | int = False,
     inline_s: float | None = None,
+    dedupe_s: float | None = None,
     park_after_s: ParkAfter = "setting",
     **unknown: Any,
 ) -> Task[Any, Any]:
@@ -207,8 +215,9 @@ def expose(
     reports with `self.update_state(state=..., meta={...})` shows as `statusMessage`.
     Inside it, `mcp_celery.current_context()` returns the JobContext when called through MCP.
     `retry_on_worker_loss=True` makes its delivery at-least-once, `inline_s` sets its inline
-    window and `park_after_s` its park window, as for `tool`. The tool's name is the last segment
-    of the Celery task's name (`proj.tasks.add` is `add`) unless `name=` is given.
+    window, `dedupe_s` its dedupe window and `park_after_s` its park window, as for `tool`. The
+    tool's name is the last segment of the Celery task's name (`proj.tasks.add` is `add`) unless
+    `name=` is given.
 
     Raises:
         ToolDefinitionError: as for `tool` (a keyword close to one of `expose`'s is named as a typo).
@@ -237,6 +246,7 @@ def expose(
         output_adapter=output,
         terminate_on_cancel=terminate_on_cancel,
         inline_s=inline_s,
+        dedupe_s=dedupe_s,
     )
     _register(celery_task.app, spec)
     return celery_task

@@ -24,8 +24,9 @@ from celery.exceptions import Ignore, Reject, Retry
 from redis.exceptions import RedisError
 
 from mcp_celery import logs, tracing
+from mcp_celery.core.binding import STORE_HEADER, AppBinding
 from mcp_celery.core.status import ended_entry
-from mcp_celery.errors import ProtocolError, TaskCancelled
+from mcp_celery.errors import ProtocolError, StoreMismatch, TaskCancelled
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.store.schema import Lifetimes, TaskRecord
@@ -69,6 +70,8 @@ def run_job(celery_task: Task[Any, Any], run: Callable[..., Any], args: tuple[An
     attached = bool(task_id) and not celery_task.request.is_eager
     started_ms = now_ms()
     record = _start(celery_task, store, heartbeat) if attached else None
+    if record is None and attached:
+        _refuse_another_store(celery_task, worker.binding)
     if record is None:
         with activate(JobContext(celery_task, store, None, input_timeout_s=settings.input_timeout_s)):
             return run(*args, **kwargs)
@@ -223,6 +226,29 @@ def _start(celery_task: Task[Any, Any], store: SyncStore, heartbeat: Heartbeat) 
         fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="working", event="started")
         logger.info("task %s: job started", task_id, extra=fields)
     return record
+
+
+def _refuse_another_store(celery_task: Task[Any, Any], binding: AppBinding) -> None:
+    """Refuse a job whose task a server created in another store: its record is there, not in ours.
+
+    Run as an ordinary Celery call instead, the job would report to nobody and its task would read
+    `queued` until the servers gave its message up for lost. A message without the header (a job
+    queued by Celery's own API, a resumed or workflow member's message) is not checked.
+
+    Raises:
+        StoreMismatch: a Celery failure naming both stores; servers end the task with its message.
+    """
+    theirs = getattr(celery_task.request, STORE_HEADER, None)
+    if not isinstance(theirs, str) or theirs == binding.identity:
+        return
+    exc = StoreMismatch(
+        f"worker {celery_task.request.hostname} uses another task store: set MCP_CELERY_REDIS_URL (and "
+        f"MCP_CELERY_KEY_PREFIX) the same on servers and workers (the task's server: store {theirs}; "
+        f"this worker: {binding.described})"
+    )
+    logger.error("task %s: not run: %s", celery_task.request.id, exc)
+    _flag_stored(exc)  # nothing to store in this worker's store: the task is not there
+    raise exc
 
 
 def _may_run_again(celery_task: Task[Any, Any]) -> bool:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
 from mcp_celery.server.engine.approvals import ApprovalState
 
-__all__ = ["STYLE", "approval_page", "list_page", "message_page", "sign_in_page"]
+__all__ = ["STYLE", "SignInLink", "approval_page", "forward_page", "list_page", "message_page", "sign_in_page"]
 
 STYLE = """\
 *{box-sizing:border-box}
@@ -33,6 +34,7 @@ label{display:block;font-weight:600;margin:.5rem 0 .25rem}
 input[type=password],textarea{width:100%;padding:.6rem;font:inherit;border:1px solid #b9bfcb;border-radius:.35rem}
 textarea{min-height:5rem}
 .buttons{display:flex;gap:.75rem;margin-top:.75rem}
+a.button{display:block;text-align:center;text-decoration:none;padding:.8rem 1rem;font-weight:600;border-radius:.4rem}
 button{flex:1;padding:.8rem 1rem;font:inherit;font-weight:600;border:0;border-radius:.4rem;cursor:pointer}
 .approve{background:#1a7f37;color:#fff}.deny{background:#b42318;color:#fff}
 .plain{background:#e5e7eb;color:#1d2330;flex:0}
@@ -47,7 +49,7 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC") if ms else "unknown"
 
 
-def _layout(title: str, body: str, *, principal: str | None = None, sign_out_csrf: str = "") -> str:
+def _layout(title: str, body: str, *, principal: str | None = None, sign_out_csrf: str = "", head: str = "") -> str:
     account = ""
     if principal is not None:
         account = (
@@ -58,17 +60,47 @@ def _layout(title: str, body: str, *, principal: str | None = None, sign_out_csr
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f'<title>{escape(title)} · mcp-celery</title><link rel="stylesheet" href="/approvals/style.css"></head>'
+        f'<title>{escape(title)} · mcp-celery</title><link rel="stylesheet" href="/approvals/style.css">{head}</head>'
         f'<body><header><a href="/approvals">Approvals</a>{account}</header><main>{body}</main></body></html>'
     )
 
 
-def sign_in_page(csrf: str, next_path: str, error: str = "") -> str:
-    """The sign-in form: the approver's own mcp-celery token or JWT, posted once, never shown again."""
+def sign_in_page(
+    csrf: str, next_path: str, error: str = "", *, provider: SignInLink | None = None, token_form: bool = True
+) -> str:
+    """The sign-in page: "Sign in with <provider>" when OpenID Connect is configured, and the form for the
+    approver's own mcp-celery token or JWT (posted once, never shown again) unless `token_form` is off."""
     note = f'<p class="note bad">{escape(error)}</p>' if error else ""
-    body = (
-        f"<h1>Sign in to decide approvals</h1>{note}"
-        '<form class="card" method="post" action="/approvals/sign-in">'
+    body = f"<h1>Sign in to decide approvals</h1>{note}"
+    if provider is not None:
+        body += _provider_button(provider)
+    if token_form:
+        body += _token_form(csrf, next_path, or_else=provider is not None)
+    return _layout("Sign in", body)
+
+
+@dataclass(frozen=True)
+class SignInLink:
+    """The provider's button: its name, where the page starts the sign-in, or why it cannot now."""
+
+    name: str
+    href: str
+    unavailable: str = ""
+
+
+def _provider_button(provider: SignInLink) -> str:
+    if provider.unavailable:
+        return f'<p class="note bad">{escape(provider.unavailable)}</p>'
+    return (
+        f'<div class="card"><a class="button approve" id="provider" href="{escape(provider.href)}">'
+        f"Sign in with {escape(provider.name)}</a></div>"
+    )
+
+
+def _token_form(csrf: str, next_path: str, *, or_else: bool) -> str:
+    return (
+        ("<p><small>Or with a token:</small></p>" if or_else else "")
+        + '<form class="card" method="post" action="/approvals/sign-in">'
         f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
         f'<input type="hidden" name="next" value="{escape(next_path)}">'
         '<label for="token">Your token</label>'
@@ -77,7 +109,18 @@ def sign_in_page(csrf: str, next_path: str, error: str = "") -> str:
         "configured issuer. It is checked and not kept; a session cookie remembers who you are.</small></p>"
         '<div class="buttons"><button class="approve" type="submit">Sign in</button></div></form>'
     )
-    return _layout("Sign in", body)
+
+
+def forward_page(title: str, text: str, to: str) -> str:
+    """A page that sends the browser on to `to` at once (and links it, for a browser that does not).
+
+    After the provider's redirect back, the page answers with this instead of a redirect: a navigation
+    that started on the provider's site carries no SameSite=Strict cookie, even through a redirect to
+    this site, while one that this page starts does.
+    """
+    head = f'<meta http-equiv="refresh" content="0;url={escape(to)}">'
+    body = f'<h1>{escape(title)}</h1><p class="note ok">{escape(text)} <a href="{escape(to)}">Continue</a></p>'
+    return _layout(title, body, head=head)
 
 
 def list_page(principal: str, pending: Sequence[ApprovalState], sign_out_csrf: str) -> str:

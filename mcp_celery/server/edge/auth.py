@@ -8,7 +8,9 @@ Two ways to authenticate, usable together (a name is one principal whichever way
 
 Both plug into the SDK's `TokenVerifier` hook, so the SDK answers 401 with `WWW-Authenticate`
 and publishes the RFC 9728 protected resource metadata; handlers read the verified token with
-`get_access_token()`.
+`get_access_token()`. Each also names what it accepted as a `Credential` (kind, reference, expiry)
+and re-checks one (`Verifiers.checks`), so that a session opened with it (`edge.sessions`) ends
+when the token leaves the file or the JWT expires.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -35,6 +37,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_celery.errors import ConfigurationError
+from mcp_celery.server.edge.sessions import Credential, CredentialCheck
 from mcp_celery.server.edge.tokens import hash_token, parse_token_file
 from mcp_celery.server.ops import metrics
 from mcp_celery.settings import Settings
@@ -43,6 +46,7 @@ __all__ = [
     "CountedRefusals",
     "JwtVerifier",
     "StaticTokenVerifier",
+    "Verifiers",
     "auth_settings",
     "build_verifier",
     "request_principal",
@@ -82,24 +86,33 @@ def _local_user() -> str:
 class StaticTokenVerifier:
     """Bearer tokens whose SHA-256 digests are listed in a file; the file is re-read when it changes."""
 
+    #: The kind of the credentials it accepts (`Credential.kind`).
+    kind = "token"
+
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._entries: list[tuple[str, bytes]] = []
         self._reload()
 
     def _reload(self) -> None:
         stat = self.path.stat()
-        stamp = (stat.st_mtime_ns, stat.st_size)
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # the inode too: `token revoke` replaces the file
         if stamp != self._stamp:
             self._entries = parse_token_file(self.path.read_text())
             self._stamp = stamp
 
-    async def verify_token(self, token: str) -> AccessToken | None:
+    def _reloaded(self) -> bool:
+        """Whether the file, as it is now, could be read (else every token is refused, and it is logged)."""
         try:
             self._reload()
-        except OSError:
+        except (OSError, ConfigurationError):  # unreadable, or a line half written: refuse, never guess
             logger.exception("cannot read the token file %s; refusing every token", self.path)
+            return False
+        return True
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if not self._reloaded():
             return None
         digest = hash_token(token).encode()
         found: str | None = None
@@ -111,12 +124,26 @@ class StaticTokenVerifier:
             return None
         return AccessToken(token=token, client_id=found, scopes=[], subject=found)
 
+    def credential(self, found: AccessToken) -> Credential:
+        """The accepted token as a session remembers it: by the digest its line of the file holds."""
+        return Credential(self.kind, hash_token(found.token))
+
+    async def still_valid(self, principal: str, credential: Credential) -> bool:
+        """Whether the file (as it is now) still has the line `PRINCIPAL DIGEST` of that credential."""
+        if not self._reloaded():
+            return False
+        digest = credential.reference.encode()
+        return any(name == principal and hmac.compare_digest(digest, line) for name, line in self._entries)
+
 
 # ---------------------------------------------------------------- JWT
 
 
 class JwtVerifier:
     """Signed JWTs: signature against the issuer's JWKS, then exp, nbf, iss and aud."""
+
+    #: The kind of the credentials it accepts (`Credential.kind`).
+    kind = "jwt"
 
     def __init__(
         self,
@@ -212,6 +239,14 @@ class JwtVerifier:
             claims={"iss": claims.get("iss")},
         )
 
+    def credential(self, found: AccessToken) -> Credential:
+        """The accepted JWT as a session remembers it: its subject, and its `exp`, which ends the session."""
+        return Credential(self.kind, found.subject or found.client_id, found.expires_at)
+
+    async def still_valid(self, principal: str, credential: Credential) -> bool:
+        """Whether the JWT is not past its `exp` (no leeway: a session ends when its token does)."""
+        return credential.expires_at is None or time.time() < credential.expires_at
+
 
 def _has_kid(keys: KeySet, kid: str) -> bool:
     return any(key.kid == kid for key in keys.keys)
@@ -222,18 +257,37 @@ def _pick(keys: KeySet, kid: object) -> Any:
     return keys.keys[0] if kid is None and len(keys.keys) == 1 else keys
 
 
-class _AnyOf:
-    """Accepts a token that any of its verifiers accepts (static tokens first: no I/O)."""
+class CredentialVerifier(TokenVerifier, Protocol):
+    """A verifier that also names what it accepted and re-checks it (`StaticTokenVerifier`, `JwtVerifier`)."""
 
-    def __init__(self, verifiers: Sequence[TokenVerifier]) -> None:
+    kind: str
+
+    def credential(self, found: AccessToken) -> Credential: ...
+
+    async def still_valid(self, principal: str, credential: Credential) -> bool: ...
+
+
+class Verifiers:
+    """The configured verifiers: a token any of them accepts is accepted (static tokens first: no I/O)."""
+
+    def __init__(self, verifiers: Sequence[CredentialVerifier]) -> None:
         self.verifiers = list(verifiers)
 
     async def verify_token(self, token: str) -> AccessToken | None:
+        found = await self.identify(token)
+        return None if found is None else found[0]
+
+    async def identify(self, token: str) -> tuple[AccessToken, Credential] | None:
+        """The accepted token and the credential a session opened with it remembers, or None."""
         for verifier in self.verifiers:
             found = await verifier.verify_token(token)
             if found is not None:
-                return found
+                return found, verifier.credential(found)
         return None
+
+    def checks(self) -> dict[str, CredentialCheck]:
+        """How each kind of credential is re-checked (`edge.sessions.SessionStore`)."""
+        return {verifier.kind: verifier.still_valid for verifier in self.verifiers}
 
 
 # ---------------------------------------------------------------- counting refusals
@@ -278,13 +332,13 @@ def public_url(settings: Settings, host: str, port: int) -> str:
     return f"http://{shown}:{port}/mcp"
 
 
-def build_verifier(settings: Settings, resource_url: str) -> TokenVerifier | None:
+def build_verifier(settings: Settings, resource_url: str) -> Verifiers | None:
     """The configured verifier, or None when neither static tokens nor JWT are configured.
 
     Raises:
         ConfigurationError: a token file or JWKS that cannot be read, or JWT settings without an issuer.
     """
-    verifiers: list[TokenVerifier] = []
+    verifiers: list[CredentialVerifier] = []
     if settings.auth_tokens:
         path = Path(settings.auth_tokens)
         try:
@@ -302,9 +356,7 @@ def build_verifier(settings: Settings, resource_url: str) -> TokenVerifier | Non
                 principal_claim=settings.jwt_principal_claim,
             )
         )
-    if not verifiers:
-        return None
-    return verifiers[0] if len(verifiers) == 1 else _AnyOf(verifiers)
+    return Verifiers(verifiers) if verifiers else None
 
 
 def auth_settings(settings: Settings, resource_url: str) -> AuthSettings:
@@ -340,24 +392,8 @@ def check_exposure(settings: Settings, host: str, *, allow_unauthenticated: bool
     )
 
 
-def transport_security(settings: Settings) -> TransportSecuritySettings:
-    """Host/Origin checking against DNS rebinding: loopback names always, plus MCP_CELERY_ALLOWED_HOSTS."""
-    names = [n.strip() for n in (settings.allowed_hosts or "").split(",") if n.strip()]
-    if "*" in names:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
-    for name in names:
-        hosts.append(name)
-        origins += [f"https://{name}", f"http://{name}"]
-        if not name.endswith("]") and ":" not in name.rsplit("]", 1)[-1]:  # no port given: any port
-            hosts.append(f"{name}:*")
-            origins += [f"https://{name}:*", f"http://{name}:*"]
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
-
-
 def http_app_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
-    """Keyword arguments for `Server.streamable_http_app`: authentication, Host/Origin checks, body limit."""
+    """Keyword arguments for `Server.streamable_http_app`: authentication, body limit."""
     resource_url = public_url(settings, host, port)
     verifier = build_verifier(settings, resource_url)
     if host not in LOOPBACK and not settings.allowed_hosts:
@@ -368,7 +404,8 @@ def http_app_options(settings: Settings, host: str, port: int) -> dict[str, Any]
         )
     options: dict[str, Any] = {
         "host": host,
-        "transport_security": transport_security(settings),
+        # Host and Origin are checked in front of the whole HTTP app (`edge.hosts.HostCheck`), not only /mcp.
+        "transport_security": TransportSecuritySettings(enable_dns_rebinding_protection=False),
         "max_request_body_size": settings.max_request_bytes,
     }
     if verifier is not None:

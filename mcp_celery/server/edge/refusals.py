@@ -1,11 +1,10 @@
 """The SDK's bare HTTP refusals, reworded at the server's own HTTP boundary so each says what to do.
 
-Server tier. An ASGI middleware around the Streamable HTTP app; it rewrites four answers the SDK
-gives before any handler of ours runs, and passes everything else through untouched:
+Server tier. An ASGI middleware around the Streamable HTTP app; it rewrites two answers the SDK
+gives before any handler of ours runs, and passes everything else through untouched (the Host and
+Origin checks are not the SDK's: `mcp_celery.server.edge.hosts` words its own refusals):
 
 * 413 `Request body too large` names MCP_CELERY_MAX_REQUEST_BYTES and its value;
-* 421 `Invalid Host header` names the Host received and MCP_CELERY_ALLOWED_HOSTS;
-* 403 `Invalid Origin header` names the Origin received and MCP_CELERY_ALLOWED_HOSTS;
 * the answer to JSON that is not a JSON-RPC message (`[1, 2]`, `{"foo": 1}`, `"str"`) becomes
   HTTP 400 with -32600 `Invalid Request`, as stdio answers it: the initialize-era transport gives
   -32602 and pydantic's whole validation dump, links included; the 2026-07-28 one gives -32600
@@ -36,9 +35,7 @@ INVALID_REQUEST_MESSAGE = "Invalid Request"
 #: The 2026-07-28 transport's message for a body that is JSON but not one JSON-RPC message.
 SDK_NOT_ONE_MESSAGE = "Body must be a single JSON-RPC request or notification object"
 #: The plain-text refusals of the SDK that are reworded, by HTTP status.
-SDK_REFUSALS = {403: b"Invalid Origin header", 413: b"Request body too large", 421: b"Invalid Host header"}
-#: The longest Host or Origin value quoted back in a refusal.
-_QUOTED_MAX = 100
+SDK_REFUSALS = {413: b"Request body too large"}
 
 Reword = Callable[[bytes, Headers], bytes | None]
 #: The statuses whose responses are held until complete, to be reworded.
@@ -46,19 +43,17 @@ REWORDED_STATUSES = frozenset({400, *SDK_REFUSALS})
 
 
 class RewordedRefusals:
-    """ASGI middleware: rewrites the SDK's 400 (not JSON-RPC), 403, 413 and 421 answers; see the module docstring."""
+    """ASGI middleware: rewrites the SDK's 400 (not JSON-RPC) and 413 answers; see the module docstring."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         limit = settings.max_request_bytes
         self._rewords: dict[int, Reword] = {
             400: _not_json_rpc,
-            403: _exact(SDK_REFUSALS[403], _origin_refused),
             413: _exact(
                 SDK_REFUSALS[413],
                 lambda _: f"Request body too large: the limit is {limit} bytes (MCP_CELERY_MAX_REQUEST_BYTES)",
             ),
-            421: _exact(SDK_REFUSALS[421], _host_refused),
         }
 
     def reword(self, status: int, body: bytes, request_headers: Headers) -> bytes | None:
@@ -111,26 +106,6 @@ def _exact(sdk_body: bytes, text: Callable[[Headers], str]) -> Reword:
         return text(request_headers).encode() if body == sdk_body else None
 
     return reword
-
-
-def _host_refused(headers: Headers) -> str:
-    return (
-        f"Invalid Host header {_quoted(headers.get('host'))}: allowed are localhost, 127.0.0.1, [::1] and the "
-        "names in MCP_CELERY_ALLOWED_HOSTS; set it to the name clients use"
-    )
-
-
-def _origin_refused(headers: Headers) -> str:
-    return (
-        f"Invalid Origin header {_quoted(headers.get('origin'))}: allowed are the loopback origins and those of "
-        "the names in MCP_CELERY_ALLOWED_HOSTS"
-    )
-
-
-def _quoted(value: str | None) -> str:
-    if value is None:
-        return "(none)"
-    return repr(value if len(value) <= _QUOTED_MAX else value[:_QUOTED_MAX] + "...")
 
 
 def _not_json_rpc(body: bytes, _: Headers) -> bytes | None:

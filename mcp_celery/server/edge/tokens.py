@@ -1,4 +1,4 @@
-"""Static bearer tokens: the token file's format, and `mcp-celery token new`.
+"""Static bearer tokens: the token file's format, `mcp-celery token new` and `mcp-celery token revoke`.
 
 Tier 0 (standard library only), so that `mcp-celery token new` loads neither the server nor
 Celery. The file holds one `PRINCIPAL sha256:HEXDIGEST` line per token, never a token itself;
@@ -11,11 +11,12 @@ import hashlib
 import os
 import re
 import secrets
+import tempfile
 from pathlib import Path
 
 from mcp_celery.errors import ConfigurationError
 
-__all__ = ["hash_token", "new_token", "parse_token_file"]
+__all__ = ["hash_token", "new_token", "parse_token_file", "revoke_tokens"]
 
 _PRINCIPAL = re.compile(r"^[^\s#]{1,200}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -66,3 +67,30 @@ def new_token(principal: str, path: Path) -> str:
     except OSError as exc:
         raise ConfigurationError(f"cannot write the token file {path}: {exc.strerror or exc}") from exc
     return token
+
+
+def revoke_tokens(principal: str, path: Path) -> int:
+    """Remove every token of `principal` from the file; returns how many lines went.
+
+    The file is replaced at once (written beside it, then renamed over it, still readable by its
+    owner only), so a server never reads half of it; servers re-read it on their next check, which
+    ends the principal's sessions on the approval page at their next request.
+
+    Raises:
+        ConfigurationError: no token of `principal` in the file, or a file that cannot be read,
+            parsed or replaced (the message names it and says why).
+    """
+    try:
+        lines = path.read_text().splitlines(keepends=True)
+        parse_token_file("".join(lines))  # refuse to rewrite a file the server could not read
+        kept = [line for line in lines if line.split("#", 1)[0].split()[:1] != [principal]]
+        removed = len(lines) - len(kept)
+        if not removed:
+            raise ConfigurationError(f"no token of {principal!r} in {path}")
+        fd, staged = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+        with os.fdopen(fd, "w") as out:
+            out.writelines(kept)
+        os.replace(staged, path)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot rewrite the token file {path}: {exc.strerror or exc}") from exc
+    return removed

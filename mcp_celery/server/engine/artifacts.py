@@ -9,7 +9,9 @@ surfaces over both.
 Redis expires an artifact's bytes with its record. A file system or object store does not expire
 anything: every server process looks every `MCP_CELERY_ARTIFACT_SWEEP_S` for task folders whose
 record is gone and removes them, so a file outlives its task by at most that period (plus the time
-no server runs). Two servers sweeping at once remove the same folder twice, harmlessly.
+no server runs). It looks in the deployment's folder only, and removes only the folders mcp-celery
+marked as it wrote them (`mcp_celery.store.artifact_files`): whatever else is there stays. Two
+servers sweeping at once remove the same folder twice, harmlessly.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 import anyio
 
 from mcp_celery.store.aio import AsyncStore
-from mcp_celery.store.artifacts import CHUNK, ArtifactMeta, FsspecArtifacts
+from mcp_celery.store.artifact_files import FsspecArtifacts
+from mcp_celery.store.artifacts import CHUNK, ArtifactMeta
 
 __all__ = ["Artifact", "ArtifactReader"]
 
@@ -82,7 +85,7 @@ class ArtifactReader:
                 logger.warning("could not sweep expired artifacts; trying again in %.0f s", period_s, exc_info=True)
 
     async def sweep(self) -> int:
-        """Remove the fsspec folders of tasks whose record has expired; the number removed."""
+        """Remove the fsspec folders that mcp-celery wrote for tasks whose record has expired; the number removed."""
         if self.files is None:
             return 0
         files = self.files
@@ -91,8 +94,7 @@ class ArtifactReader:
         for first in range(0, len(folders), _SWEEP_BATCH):
             batch = folders[first : first + _SWEEP_BATCH]
             for task_id, exists in zip(batch, await self.store.records_exist(batch), strict=True):
-                if not exists:
-                    await anyio.to_thread.run_sync(files.remove_task, task_id)
+                if not exists and await anyio.to_thread.run_sync(files.remove_task, task_id):
                     removed += 1
         if removed:
             logger.info("removed the artifacts of %d expired task(s) from %s", removed, files.url)

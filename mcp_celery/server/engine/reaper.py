@@ -19,6 +19,11 @@ overdue ones; none of them is special, and what they decide is a check-and-set i
   so it is overdue only if that worker was lost; reading
   the task freezes it `failed` ("the worker that took the job's message was lost before the job
   started"), with any broker. A job refused at its start once the task is frozen never runs.
+* A call the approval policy holds (`gate`) waits parked before its first run: its approval's
+  window is its one deadline, as a parked question's is; run out, the task completes "not run".
+* A job that a worker refused, its task being in another store than the worker's: Celery's result
+  backend holds the refusal (`refused`), looked for first, from `FIRST_LOOK_S` after the task's
+  creation on, with any broker; the task ends `failed` with the worker's words.
 * A job that has not started otherwise: its message is looked for in its queue and the unacked hash.
   Found, it is looked at again `queue_check_s` later (a task queued behind busy workers is
   never failed); found in the unacked hash, delivered longer than the heartbeat timeout ago
@@ -42,21 +47,30 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import anyio
+from redis.exceptions import RedisError
+
 from mcp_celery import logs
 from mcp_celery.core.binding import queue_of
 from mcp_celery.core.status import PARKED_TIMEOUT, Found, TaskView, ended_without_job, lost_entry
 from mcp_celery.protocol import INTERNAL_ERROR, now_ms
 from mcp_celery.server.engine.broker import NOWHERE, STALE, RedisBroker
+from mcp_celery.server.engine.gate import PolicyGate, timed_out
+from mcp_celery.server.engine.refused import refusals
 from mcp_celery.settings import Settings
 from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.schema import TaskRecord
 
-__all__ = ["LOST_BEFORE_START", "LOST_WITH_WORKER", "Reaper", "TaskReader"]
+__all__ = ["FIRST_LOOK_S", "LOST_BEFORE_START", "LOST_WITH_WORKER", "SWEEP_S", "Reaper", "TaskReader"]
 
 logger = logging.getLogger(__name__)
 
 LOST_BEFORE_START = "the job's message was lost before any worker started it"
 LOST_WITH_WORKER = "the worker running the job was lost, and the job's message with it, so it cannot run again"
+#: How soon after its creation an unstarted task is first looked at (a refusal, then its message).
+FIRST_LOOK_S = 2.0
+#: The longest between two sweeps, whatever the heartbeat period: a refused job's task ends within seconds.
+SWEEP_S = 1.0
 
 
 class TaskReader(Protocol):
@@ -87,16 +101,38 @@ class Reaper:
     def __init__(self, tasks: TaskReader, store: AsyncStore, settings: Settings, app: Any) -> None:
         self.tasks = tasks
         self.store = store
+        self.app = app
+        #: A message found nowhere is looked for again this much later before it counts as lost.
         self.period_s = max(settings.worker_lost_timeout_s / 3, 0.2)
+        #: How often the overdue tasks are read (one command when none is).
+        self.sweep_s = min(self.period_s, SWEEP_S)
         self.lost_ms = int(settings.worker_lost_timeout_s * 1000)
         self.check_ms = int(settings.queue_check_s * 1000)
         self.broker = RedisBroker.of_app(app)
         self._missing: dict[str, int] = {}  # task id -> when its message was first found nowhere (ms)
         self._queues: dict[str, str] = {}  # tool -> the queue its messages go to
 
-    def first_check_ms(self, created_ms: int) -> int | None:
-        """When a new task's message is first looked for (None: the broker cannot be looked into)."""
-        return None if self.broker is None else created_ms + self.check_ms
+    def first_check_ms(self, created_ms: int) -> int:
+        """When a new task is first looked at if its job has not started: a refusal, then its message."""
+        return created_ms + min(self.check_ms, int(FIRST_LOOK_S * 1000))
+
+    async def run(self) -> None:
+        """Sweep every period for as long as the server runs: turn the tasks whose heartbeat ran out `failed`
+        (or re-queue them), and so tell their listeners; also end the tasks whose message was lost before a
+        job started.
+
+        Every server process does this, none of them special: the read freezes the terminal state
+        with a check-and-set, so two replicas reaping the same task agree, and the freeze publishes
+        the change. A task read by a client first is frozen by that read just the same.
+        """
+        while True:
+            await anyio.sleep(self.sweep_s)
+            try:
+                await self.sweep()
+            except (RedisError, OSError):
+                logger.warning("could not look for lost jobs; trying again in %.1f s", self.sweep_s, exc_info=True)
+            except Exception:  # noqa: BLE001 - a surprise in one sweep must not stop the server
+                logger.exception("looking for lost jobs failed; trying again in %.1f s", self.sweep_s)
 
     async def sweep(self) -> None:
         now = now_ms()
@@ -106,6 +142,12 @@ class Reaper:
             return
         marks = await store.job_marks(overdue)
         done = [task_id for task_id in overdue if task_id not in marks]
+        # No job started, no worker took the message, not parked: a worker may have refused it.
+        unstarted = [task_id for task_id, m in marks.items() if (m.alive_ms, m.taken_ms, m.parked_ms) == (None,) * 3]
+        for task_id, message in (await refusals(self.app, unstarted)).items():
+            await self._refused(task_id, message)
+            done.append(task_id)
+            marks.pop(task_id)
         sought: dict[str, _Sought] = {}
         for task_id, (tool, alive_ms, taken_ms, parked_ms) in marks.items():
             if parked_ms is not None:  # no job runs: the question's timeout is the one deadline
@@ -136,12 +178,26 @@ class Reaper:
         found = await self.tasks.read_view(task_id)
         if found is not None and not found[1].terminal and found[0].parked_until_ms is not None:
             record = found[0]
+            if PolicyGate.holds(record):  # a call the approval policy held: "not run: no decision within ..."
+                await timed_out(self.store, self.app, record, until_ms)
+                return
             fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="timeout")
             logger.warning("task %s: %s", task_id, PARKED_TIMEOUT, extra=fields)
             error = {"code": INTERNAL_ERROR, "message": PARKED_TIMEOUT}
             view = TaskView("failed", until_ms, PARKED_TIMEOUT, error=error)
             await self.store.freeze(task_id, view.to_json(), ended=ended_without_job(record, view))
         await self.store.forget_live([task_id])
+
+    async def _refused(self, task_id: str, message: str) -> None:
+        """A worker refused the job (its store is another): the task ends failed with the worker's words."""
+        found = await self.tasks.read_view(task_id)
+        if found is None or found[1].terminal or found[0].alive_until_ms is not None:
+            return  # ended meanwhile, or a worker of this store started the job after all
+        record = found[0]
+        fields = logs.task_fields(task_id, record.tool, principal=record.owner, status="failed", event="refused")
+        logger.error("task %s: %s", task_id, message, extra=fields)
+        view = TaskView("failed", now_ms(), message, error={"code": INTERNAL_ERROR, "message": message})
+        await self.store.freeze(task_id, view.to_json(), ended=ended_without_job(record, view))
 
     async def _settled(self, task_id: str) -> bool:
         """Read the task (freezing it if its worker is lost); True once nothing more is to be watched."""

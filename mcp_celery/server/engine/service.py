@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from mcp_celery import tracing
 from mcp_celery.core import approvals
-from mcp_celery.core.binding import AppBinding
+from mcp_celery.core.binding import STORE_HEADER, AppBinding
 from mcp_celery.core.canvas import show_revoked
 from mcp_celery.core.status import (
     CANCELLED_BEFORE_START,
@@ -50,13 +50,16 @@ from mcp_celery.server.edge import limits
 from mcp_celery.server.engine import workflow
 from mcp_celery.server.engine.artifacts import Artifact, ArtifactReader
 from mcp_celery.server.engine.events import TaskEvents
+from mcp_celery.server.engine.gate import PolicyGate
 from mcp_celery.server.engine.publish import Publisher
 from mcp_celery.server.engine.reaper import Reaper
+from mcp_celery.server.engine.repeats import Repeats
 from mcp_celery.server.ops import observe
 from mcp_celery.server.ops.deployment_metrics import DeploymentCollector, DeploymentFigures
 from mcp_celery.server.ops.diagnostics import report_on_signal
-from mcp_celery.store.aio import AsyncStore, NotReplicated
-from mcp_celery.store.artifacts import ArtifactMeta, fsspec_store
+from mcp_celery.store.aio import AsyncStore, CallClaim, NotReplicated
+from mcp_celery.store.artifact_files import fsspec_store
+from mcp_celery.store.artifacts import ArtifactMeta
 from mcp_celery.store.connect import async_client
 from mcp_celery.store.output import render as render_output
 from mcp_celery.store.schema import TaskRecord
@@ -81,6 +84,9 @@ class TaskService:
         self._publisher: Publisher | None = None
         self._state_secret: bytes | None = None
         self._artifacts: ArtifactReader | None = None
+        self._repeats: Repeats | None = None
+        #: MCP_CELERY_APPROVAL_POLICY: the calls held for a person's approval before their job is queued.
+        self.gate = PolicyGate(self.settings, self.tools, binding.app)
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -116,7 +122,9 @@ class TaskService:
     def artifacts(self) -> ArtifactReader:
         """Reads artifacts where MCP_CELERY_ARTIFACTS keeps them (`mcp_celery.server.engine.artifacts`)."""
         if self._artifacts is None:
-            self._artifacts = ArtifactReader(self.store, fsspec_store(self.settings.artifacts))
+            self._artifacts = ArtifactReader(
+                self.store, fsspec_store(self.settings.artifacts, self.binding.keys.prefix)
+            )
         return self._artifacts
 
     @property
@@ -159,7 +167,7 @@ class TaskService:
             self._tg = tg
             tg.start_soon(events.run)
             tg.start_soon(report_on_signal, events)
-            tg.start_soon(self._reap_lost_jobs, reaper)
+            tg.start_soon(reaper.run)  # lost jobs and lost messages, every period (`engine.reaper`)
             tg.start_soon(self.artifacts.sweep_every, self.settings.artifact_sweep_s)
             if figures is not None:
                 tg.start_soon(figures.run)  # the deployment's figures for /metrics (`deployment_metrics`)
@@ -177,27 +185,11 @@ class TaskService:
             self._publisher = None
         if self._store is not None:
             await self._store.aclose()
-            self._store = self._artifacts = None
-
-    async def _reap_lost_jobs(self, reaper: Reaper) -> None:
-        """Turn the tasks whose heartbeat ran out `failed` (or re-queue them), and so tell their listeners.
-
-        Every server process does this, none of them special: the read freezes the terminal state
-        with a check-and-set, so two replicas reaping the same task agree, and the freeze publishes
-        the change. A task read by a client first is frozen by that read just the same. Also ends
-        the tasks whose message was lost before a job started (`mcp_celery.server.engine.reaper`).
-        """
-        while True:
-            await anyio.sleep(reaper.period_s)
-            try:
-                await reaper.sweep()
-            except (RedisError, OSError):
-                logger.warning("could not look for lost jobs; trying again in %.1f s", reaper.period_s, exc_info=True)
-            except Exception:  # noqa: BLE001 - a surprise in one sweep must not stop the server
-                logger.exception("looking for lost jobs failed; trying again in %.1f s", reaper.period_s)
+            self._store = self._artifacts = self._repeats = None
 
     def first_check_ms(self, created_ms: int) -> int | None:
-        """When a new task's message is first looked for if no job has started (None: never)."""
+        """When a new task is first looked at if no job has started: a refusal, then its message (None: outside
+        the server's lifespan, no reaper)."""
         return None if self._reaper is None else self._reaper.first_check_ms(created_ms)
 
     # ------------------------------------------------------------------ creating
@@ -217,7 +209,7 @@ class TaskService:
             task_id=new_task_id(),
             tool=spec.name,
             created_ms=now_ms(),
-            ttl_ms=self.binding.lifetimes.ttl_ms,
+            ttl_ms=self.gate.ttl_ms(spec.name, self.binding.lifetimes.ttl_ms),  # covers an approval's window
             poll_ms=self.settings.poll_interval_ms,
             capabilities=capabilities,
             owner=owner,
@@ -226,10 +218,13 @@ class TaskService:
             first_answers=first_answers or {},
         )
 
-    async def create(self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any]) -> None:
+    async def create(
+        self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any], *, claim: CallClaim | None = None
+    ) -> str | None:
         """Write the record, then queue the job: both done before this returns, so the task is durable
         (a `tasks/get` succeeds) before its id is handed out; with MCP_CELERY_REDIS_MIN_REPLICAS, on
-        that many replicas too.
+        that many replicas too. `claim`: a call's claim (`engine.repeats`) taken in the record's round
+        trip; when another call holds it, nothing is written or queued, and its claim is returned.
 
         Raises:
             MCPError: over the owner's live-task quota (nothing written), the job could not be queued, or
@@ -238,22 +233,32 @@ class TaskService:
         await limits.enforce_quota(self.store, record.owner, self.settings.max_live_tasks_per_principal)
         task_id = record.task_id
         indexed = self.settings.max_live_tasks_per_principal is not None
+        if (rule := self.gate.rule_for(spec.name)) is not None:  # the approval policy's: nothing queued yet
+            if claim is not None and (held := await self.store.claim_call(claim)) is not None:
+                return held  # a held call's claim is taken first, its record written by the gate
+            await self.gate.hold(self.store, spec, record, arguments, rule, index=indexed)
+            await self._confirm_created(spec, task_id)
+            observe.created(task_id, spec.name, record.owner)
+            return None
         check_at_ms = self.first_check_ms(record.created_ms)
         publisher = self.publisher
-        # argsrepr names the tool in Flower (ToolSpec.argsrepr); the headers carry the request's trace context.
-        options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr}
-        if trace_headers := tracing.message_headers():
-            options["headers"] = trace_headers
+        # argsrepr names the tool in Flower (ToolSpec.argsrepr); the headers carry the store the task is in (a
+        # worker using another refuses the job, saying so: `mcp_celery.worker.execution`) and the trace context.
+        headers = {STORE_HEADER: self.binding.identity, **tracing.message_headers()}
+        options = {"kwargs": arguments, "task_id": task_id, "argsrepr": spec.argsrepr, "headers": headers}
+        write = partial(self.store.create, record, index=indexed, check_at_ms=check_at_ms, claim=claim)
         try:
             if not await publisher.native():
-                await self.store.create(record, index=indexed, check_at_ms=check_at_ms)
+                if held := await write():
+                    return held
                 await publisher.publish_on_thread(spec.celery_task, **options)
             else:
                 # Built before anything is written: a message that cannot be built leaves nothing behind.
                 commands = publisher.build(spec.celery_task, **options)
                 # One round trip when the broker is the records' Redis database: record first, then message.
                 then = commands if publisher.shares_store else ()
-                await self.store.create(record, index=indexed, check_at_ms=check_at_ms, then=then)
+                if held := await write(then=then):
+                    return held
                 if not publisher.shares_store:
                     await publisher.send(commands)
         except Exception as exc:
@@ -264,6 +269,17 @@ class TaskService:
             raise MCPError(INTERNAL_ERROR, f"could not queue the job: {limits.describe(exc, self.settings)}") from exc
         await self._confirm_created(spec, task_id)
         observe.created(task_id, spec.name, record.owner)
+        return None
+
+    async def create_unless_repeated(
+        self, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any], idempotency_key: str | None
+    ) -> Found | None:
+        """`create`, unless the call repeats an earlier one of its principal (its idempotency key, or its tool's
+        dedupe window: `mcp_celery.server.engine.repeats`): None when `record` was created, else the earlier
+        call's task (nothing written or queued). Raises `MCPError`s as `create`, and -32602 for a key reused."""
+        if self._repeats is None:
+            self._repeats = Repeats(self.store, self.find, self.binding.lifetimes.live_s * 1000, self.settings)
+        return await self._repeats.create_unless_repeated(self.create, spec, record, arguments, idempotency_key)
 
     async def _confirm_created(self, spec: ToolSpec, task_id: str) -> None:
         """Hand the id out only once enough replicas have the task; else cancel it (nothing runs) and say so."""
@@ -426,8 +442,11 @@ class TaskService:
 
         Watched as a new task's message is (the reaper looks for it `queue_check_s` later). The answers
         are stored already; should the broker refuse the message (or this server die before it is
-        sent), the reaper, with a Redis broker, finds no message and sends it again.
+        sent), the reaper, with a Redis broker, finds no message and sends it again. A call the approval
+        policy held is sent only if its decision lets it run (`PolicyGate.release`).
         """
+        if self.gate.holds(record) and not await self.gate.release(self.store, record, signature):
+            return
         await self.store.resumed(record.task_id, self.first_check_ms(now_ms()))
         app = self.binding.app
         try:

@@ -43,6 +43,7 @@ __all__ = [
     "process_stopped",
     "record_auth_failure",
     "record_created",
+    "record_deduplicated",
     "record_request",
 ]
 
@@ -66,6 +67,7 @@ _scrape: CollectorRegistry | None = None
 @dataclass(frozen=True)
 class _Series:
     created: Counter
+    deduplicated: Counter
     requests: Counter
     tool_call: Histogram
     listen_streams: Gauge
@@ -82,6 +84,13 @@ def _series() -> _Series:
     r = _REGISTRY
     return _Series(
         created=Counter(f"{PREFIX}tasks_created", "Tasks created, per tool.", ["tool"], registry=r),
+        deduplicated=Counter(
+            f"{PREFIX}deduplicated",
+            "tools/call answered with the task of an earlier call instead of a new one, per tool and by what "
+            "(key: the same idempotency key, window: the same call within the tool's dedupe window).",
+            ["tool", "by"],
+            registry=r,
+        ),
         requests=Counter(
             f"{PREFIX}requests", "JSON-RPC requests, per method and outcome.", ["method", "outcome"], registry=r
         ),
@@ -185,6 +194,12 @@ def record_created(tool: str) -> None:
     """A task was created for `tool` (its record written and its job queued)."""
     if _on:
         _created(tool).inc()
+
+
+def record_deduplicated(tool: str, by: str) -> None:
+    """A call of `tool` got an earlier call's task (`by` "key" or "window") instead of a new one."""
+    if _on:
+        _series().deduplicated.labels(tool, by).inc()
 
 
 def record_request(method: str, outcome: str) -> None:

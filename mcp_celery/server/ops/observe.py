@@ -10,7 +10,7 @@ import logging
 from mcp_celery import logs, tracing
 from mcp_celery.server.ops import metrics
 
-__all__ = ["cancel_requested", "created", "resumed", "settled"]
+__all__ = ["cancel_requested", "created", "repeated", "resumed", "settled"]
 
 logger = logging.getLogger("mcp_celery.server.engine.service")  # the lines read as the service's, as before
 
@@ -23,6 +23,15 @@ def created(task_id: str, tool: str, owner: str | None) -> None:
         fields = logs.task_fields(task_id, tool, principal=owner, status="working", event="created")
         logger.info("task %s: created", task_id, extra=fields)
     metrics.record_created(tool)
+
+
+def repeated(task_id: str, tool: str, owner: str | None, idempotency_key: str | None) -> None:
+    """A call got the task of an earlier one (`mcp_celery.server.engine.repeats`): the same idempotency key
+    (logged as its digest), else the same call within the tool's dedupe window; nothing was created."""
+    by = "window" if idempotency_key is None else "key"
+    fields = logs.task_fields(task_id, tool, principal=owner, event="repeated", idempotency_key=idempotency_key)
+    logger.info("task %s: the call repeats an earlier one (same %s); no new task", task_id, by, extra=fields)
+    metrics.record_deduplicated(tool, by)
 
 
 def settled(task_id: str, tool: str, owner: str | None, status: str, message: str | None) -> None:

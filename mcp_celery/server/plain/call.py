@@ -42,16 +42,15 @@ from mcp_celery.protocol import (
     INTERNAL_ERROR,
     QUEUED_MESSAGE,
     now_ms,
-    task_handle_result,
     tool_error_result,
-    with_task_handle,
 )
 from mcp_celery.server.engine.events import Watcher
 from mcp_celery.server.engine.service import Found, TaskService
-from mcp_celery.server.plain import resume, wording
+from mcp_celery.server.plain import resume, windows, wording
+from mcp_celery.server.plain.handle import handle_result, with_task_handle
 from mcp_celery.server.tasks import envelope
 from mcp_celery.server.tasks.envelope import RequestContext
-from mcp_celery.store.schema import TaskRecord
+from mcp_celery.store.output import last_lines
 
 __all__ = ["call", "listed_tool", "resume_call", "window_s"]
 
@@ -64,10 +63,9 @@ PROGRESS_GAP_S = 0.25
 PROGRESS_KEEPALIVE_S = 10.0
 
 
-def window_s(service: TaskService, spec: ToolSpec | None) -> float:
-    """How long a plain call of the tool waits for its job (the tool's inline_s, else the setting)."""
-    own = spec.inline_s if spec is not None else None
-    return own if own is not None else service.settings.inline_s
+def window_s(service: TaskService, spec: ToolSpec | None, ctx: RequestContext) -> float:
+    """How long a plain call of the tool waits for its job: its window, below the client's timeout (`windows`)."""
+    return windows.window_s(service.settings, spec, windows.client_of(ctx))
 
 
 def listed_tool(spec: ToolSpec) -> dict[str, Any]:
@@ -95,13 +93,20 @@ async def call(
         sync=not inline,
         plain=inline,
     )
+    key = envelope.idempotency_key(ctx, service.settings.max_idempotency_key_length)
     # Watch before queueing: every state the job stores is published on the task's event channel.
     async with service.events.watch([record.task_id]) as watcher:
+        earlier = await service.create_unless_repeated(spec, record, arguments, key)
+        if earlier is None and not inline:
+            return await _call_sync(service, spec, record.task_id, watcher)
+        if earlier is None:
+            queued = TaskView("working", record.created_ms, QUEUED_MESSAGE)
+            return await _follow(service, ctx, spec, (record, queued), watcher)
+    # A repeated call (its key, or the tool's dedupe window) waits on the earlier call's task as that call did.
+    async with service.events.watch([earlier[0].task_id]) as watcher:
         if not inline:
-            return await _call_sync(service, spec, record, arguments, watcher)
-        await service.create(spec, record, arguments)
-        queued = TaskView("working", record.created_ms, QUEUED_MESSAGE)
-        return await _follow(service, ctx, spec, (record, queued), watcher)
+            return await _call_sync(service, spec, earlier[0].task_id, watcher, read_first=True)
+        return await _follow(service, ctx, spec, earlier, watcher, read_first=True)
 
 
 async def resume_call(
@@ -156,7 +161,7 @@ async def _window(
     questions: TaskGroup,
     fresh: bool,
 ) -> Any:
-    window = window_s(service, spec)
+    window = window_s(service, spec, ctx)
     started = anyio.current_time()
     deadline = started + window
     progress = _Progress(ctx)
@@ -178,11 +183,11 @@ async def _window(
                 if asking is not None:
                     asking.ask(questions, found)
                 if _only_task_respond(ctx, asking, view):  # waiting on would only cost the caller the window
-                    return _handle(service, spec, found, round(anyio.current_time() - started, 1))
+                    return await _handle(service, ctx, spec, found, round(anyio.current_time() - started, 1))
             await progress.saw(found)
         left = deadline - anyio.current_time()
         if left <= 0:
-            return _handle(service, spec, found, window)
+            return await _handle(service, ctx, spec, found, window)
         fresh = bool(await watcher.changed(min(left, progress.due_in())))
         await progress.tick()
 
@@ -197,17 +202,18 @@ def _final(spec: ToolSpec, view: TaskView) -> Any:
     return types.CallToolResult.model_validate(view.result)
 
 
-def _handle(service: TaskService, spec: ToolSpec, found: Found, waited_s: float) -> types.CallToolResult:
-    """The window ended with the job running: the task handle, in words and in `_meta`."""
+async def _handle(
+    service: TaskService, ctx: RequestContext, spec: ToolSpec, found: Found, waited_s: float
+) -> types.CallToolResult:
+    """The window ended with the job running: the task handle, in words, as structuredContent and in `_meta`."""
     record, view = found
-    text = wording.running(record, view, waited_s, window_s(service, spec))
-    result = task_handle_result(
-        text,
-        task_id=record.task_id,
-        status=view.status,
-        status_message=view.status_message,
-        structured=spec.output_schema is not None,
-    )
+    wait_s = window_s(service, spec, ctx)
+    text = wording.running(record, view, waited_s, wait_s)
+    output = last_lines(await service.output_of(found))
+    if output:
+        text += "\n" + wording.output_tail(record.task_id, output)
+    guidance = wording.guidance(text, record.task_id, view, wait_s, output)
+    result = handle_result(record.task_id, view.status, view.status_message, guidance)
     return types.CallToolResult.model_validate(result)
 
 
@@ -305,10 +311,7 @@ class _Progress:
 
     def __init__(self, ctx: RequestContext) -> None:
         self.ctx = ctx
-        meta: Mapping[str, Any] = ctx.meta or {}  # type: ignore[assignment]
-        # The SDK hands `_meta` over with its TypedDict's key (`progress_token`); raw, it is `progressToken`.
-        token = meta.get("progress_token", meta.get("progressToken"))
-        self.wanted = isinstance(token, str | int) and not isinstance(token, bool)
+        self.wanted = envelope.progress_token(ctx) is not None
         self.value = 0.0
         self.sent_message: str | None = None
         self.sent_at = -math.inf
@@ -360,26 +363,25 @@ def _numbers(progress: Mapping[str, Any] | None) -> tuple[float | None, float | 
 
 
 async def _call_sync(
-    service: TaskService, spec: ToolSpec, record: TaskRecord, arguments: dict[str, Any], watcher: Watcher
+    service: TaskService, spec: ToolSpec, task_id: str, watcher: Watcher, *, read_first: bool = False
 ) -> Any:
-    """Run the job and wait for its result; cancel it after sync_timeout_s (no task to hand back)."""
-    task_id = record.task_id
+    """Wait for the queued job's result; cancel it after sync_timeout_s (no task to hand back)."""
     timeout_s = service.settings.sync_timeout_s
     deadline = anyio.current_time() + timeout_s
     view = None
-    queued = done = False
+    done = False
     try:
-        await service.create(spec, record, arguments)
-        queued = True
-        # Nothing to read yet: the task is as just written until its job reports, and every
-        # report since the watch began wakes `changed` (so the first wait loses nothing).
+        # A task just created is as written until its job reports, and every report since the watch
+        # began wakes `changed` (so the first wait loses nothing); a repeated call's is read first.
         while not done and anyio.current_time() < deadline:
-            await watcher.changed(deadline - anyio.current_time())
+            if not read_first:
+                await watcher.changed(deadline - anyio.current_time())
+            read_first = False
             found = await service.read_view(task_id)
             view = None if found is None else found[1]
             done = view is None or view.terminal
     finally:
-        if queued and not done:  # timed out, or the caller went away: the job must not run on unseen
+        if not done:  # timed out, or the caller went away: the job must not run on unseen
             with anyio.CancelScope(shield=True):
                 await service.cancel(task_id, spec)
     if not done:

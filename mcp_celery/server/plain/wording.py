@@ -3,7 +3,10 @@
 Server tier, shared by the plain call (`plain`) and the lifecycle tools (`lifecycle`). A host
 without the tasks extension hands the model only a tool result's text, so that text says plainly
 what happened, which tool to call next with which arguments and, for a question, the exact JSON
-answer `task_respond` takes. Programs read the same facts from `structuredContent` and `_meta`.
+answer `task_respond` takes. Some hosts show their model only a result's `structuredContent`
+(pydantic-ai whenever every content block is text, agent-framework by default), so the same facts
+go there too (`guidance`): the words whole, the next call as data, the example answer and the
+live output's tail.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mcp_celery.core.approvals import approval_of
 from mcp_celery.core.status import TaskView
 from mcp_celery.protocol import output_uri
+from mcp_celery.server.engine.gate import PolicyGate
 from mcp_celery.store.schema import TaskRecord
 
 __all__ = [
@@ -21,6 +26,10 @@ __all__ = [
     "STATUS_TOOL",
     "RESPOND_TOOL",
     "CANCEL_TOOL",
+    "call_text",
+    "example_answers",
+    "guidance",
+    "next_call",
     "output_tail",
     "questions",
     "running",
@@ -32,8 +41,39 @@ STATUS_TOOL, RESPOND_TOOL, CANCEL_TOOL = "task_status", "task_respond", "task_ca
 NO_SUCH_TASK = "no such task: {task_id!r} (unknown, expired, or not yours)"
 
 
+def call_text(call: Mapping[str, Any]) -> str:
+    """A call (`next_call`) as the words say it: `tool with {arguments}`."""
+    return f"{call['tool']} with {json.dumps(call['arguments'])}"
+
+
 def _call(tool: str, **arguments: Any) -> str:
-    return f"{tool} with {json.dumps(arguments)}"
+    return call_text({"tool": tool, "arguments": arguments})
+
+
+def next_call(task_id: str, view: TaskView, wait_s: float) -> dict[str, Any] | None:
+    """The call to make next, as data (None once the task has ended): answer its questions, else wait for it."""
+    if view.status == "input_required":
+        responses = example_answers(view.input_requests or {})
+        if not responses:  # approvals only: a person decides on the page; the model waits for it
+            return {"tool": STATUS_TOOL, "arguments": {"task_id": task_id}}
+        return {"tool": RESPOND_TOOL, "arguments": {"task_id": task_id, "responses": responses}}
+    if view.status == "working":
+        return {"tool": STATUS_TOOL, "arguments": {"task_id": task_id, "wait_seconds": wait_s}}
+    return None
+
+
+def guidance(message: str, task_id: str, view: TaskView, wait_s: float, output: list[str]) -> dict[str, Any]:
+    """The facts of `message` as structuredContent fields, for hosts that show their model only that part."""
+    fields: dict[str, Any] = {"message": message}
+    call = next_call(task_id, view, wait_s)
+    if call is not None:
+        fields["nextCall"] = call
+    examples = example_answers(view.input_requests or {}) if view.status == "input_required" else {}
+    if examples:
+        fields["exampleAnswer"] = examples
+    if output:
+        fields["outputTail"] = output
+    return fields
 
 
 def running(record: TaskRecord, view: TaskView, waited_s: float, wait_s: float) -> str:
@@ -42,6 +82,11 @@ def running(record: TaskRecord, view: TaskView, waited_s: float, wait_s: float) 
         f"The job is still running in the background after {waited_s:g} s; nothing was cancelled. "
         f"Task id: {record.task_id} (tool {record.tool})."
     )
+    if PolicyGate.holds(record):  # no job yet: the approval policy holds the call until a person decides
+        head = (
+            f"The server's approval policy holds this call of {record.tool} until a person approves it: "
+            f"nothing has run yet. Task id: {record.task_id}."
+        )
     return f"{head}\n{state_of(record, view, wait_s)}"
 
 
@@ -73,16 +118,36 @@ def output_tail(task_id: str, lines: list[str]) -> str:
 def questions(task_id: str, requests: Mapping[str, Any]) -> str:
     """The job's outstanding questions, each with the exact answer `task_respond` takes."""
     lines = [f"The job is waiting for {'an answer' if len(requests) == 1 else 'answers'}:"]
-    examples: dict[str, Any] = {}
     for key, request in sorted(requests.items()):
-        text, example = _question(key, request)
-        lines.append(text)
-        examples[key] = example
-    lines.append(
-        f"Answer with {_call(RESPOND_TOOL, task_id=task_id, responses=examples)}, "
-        "putting the real answers in place of the examples (one call may answer several)."
-    )
+        lines.append(_approval(key, request) if approval_of(request) is not None else _question(key, request)[0])
+    examples = example_answers(requests)
+    if examples:
+        lines.append(
+            f"Answer with {_call(RESPOND_TOOL, task_id=task_id, responses=examples)}, "
+            "putting the real answers in place of the examples (one call may answer several)."
+        )
+    else:
+        lines.append(f"Nothing to answer here: to wait for the decision, call {_call(STATUS_TOOL, task_id=task_id)}.")
     return "\n".join(lines)
+
+
+def example_answers(requests: Mapping[str, Any]) -> dict[str, Any]:
+    """`task_respond`'s responses for `requests`: an answer of each one's shape, with placeholder values
+    (approvals left out: a named person decides those on the approval page)."""
+    return {
+        key: _question(key, request)[1] for key, request in sorted(requests.items()) if approval_of(request) is None
+    }
+
+
+def _approval(key: str, request: Mapping[str, Any]) -> str:
+    """An approval, which a named person decides on the server's page: the model has nothing to answer."""
+    params = request.get("params") or {}
+    approvers = (approval_of(request) or {}).get("approvers")
+    who = f"one of {', '.join(approvers)}" if approvers else "an approver"
+    return (
+        f'- "{key}": a person decides on the approval page: "{params.get("message")}". Tell the user that '
+        f"{who} must open {params.get('url')} and approve or deny it there."
+    )
 
 
 def _question(key: str, request: Mapping[str, Any]) -> tuple[str, Any]:

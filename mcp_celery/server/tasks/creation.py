@@ -68,9 +68,11 @@ async def call_tool(service: TaskService, ctx: RequestContext, params: types.Cal
         capabilities=envelope.client_capabilities(ctx),
         first_answers=first_answers,
     )
-    await service.create(spec, record, arguments)
+    key = envelope.idempotency_key(ctx, service.settings.max_idempotency_key_length)
+    earlier = await service.create_unless_repeated(spec, record, arguments, key)
+    task = record if earlier is None else earlier[0]  # a repeated call gets the first one's CreateTaskResult
     return create_task_result(
-        task_id=record.task_id, created_ms=record.created_ms, ttl_ms=record.ttl_ms, poll_ms=record.poll_ms
+        task_id=task.task_id, created_ms=task.created_ms, ttl_ms=task.ttl_ms, poll_ms=task.poll_ms
     )
 
 
