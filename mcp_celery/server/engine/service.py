@@ -287,9 +287,7 @@ class TaskService:
             await self.store.confirm_replicated(task_id)
         except NotReplicated as exc:
             logger.warning("task %s: not confirmed on the replicas, cancelling it: %s", task_id, exc)
-            # The cancel is as durable as Redis is now: its own WAIT fails alike, and the client is told of
-            # the creation, not of a cancel it never asked for.
-            with contextlib.suppress(MCPError, RedisError, OSError, NotReplicated):
+            with contextlib.suppress(MCPError, RedisError, OSError, NotReplicated):  # as durable as Redis is now
                 await self.cancel(task_id, spec)
             raise MCPError(INTERNAL_ERROR, f"{exc}, so it was cancelled: try again") from exc
 
