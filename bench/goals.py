@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.results import ABFigures, Results, Window
+from bench.results import ABFigures, Latencies, Results, Window
 
 
 @dataclass(frozen=True)
@@ -133,12 +133,16 @@ def stored_task_scaling(r: Results) -> Goal:
 
 def cancel_waiting(r: Results) -> Goal:
     d = "cancel of a job waiting for input, tasks/cancel → job stopped: p50 ≤ 1.5× tasks/update → job continues"
-    ours, ref = r.cancel.waiting, r.cancel.input_continues
+    return _p50_against_the_input_round_trip(d, r.cancel.waiting, r.cancel.input_continues, 1.5)
+
+
+def _p50_against_the_input_round_trip(d: str, ours: Latencies | None, ref: Latencies | None, at_most: float) -> Goal:
+    """A cancel's p50 against the same rounds' `tasks/update` → job continues (the same wake-up)."""
     if ours is None or ref is None:
         return _not_measured(d)
     x = ours.p50_ms / ref.p50_ms
     figure = f"{ours.p50_ms:.2f} ms vs {ref.p50_ms:.2f} ms (the same wake-up, same rounds) = {x:.2f}×"
-    return Goal(d, x <= 1.5, figure, ours.p50_ms, ref.p50_ms, x)
+    return Goal(d, x <= at_most, figure, ours.p50_ms, ref.p50_ms, x)
 
 
 def cancel_running(r: Results) -> Goal:
@@ -150,6 +154,13 @@ def cancel_running(r: Results) -> Goal:
     x = c.running.p95_ms / bound
     figure = f"{c.running.p95_ms:.2f} ms vs {c.checkpoint_ms:g} + {c.waiting.p95_ms:.2f} = {bound:.2f} ms ({x:.2f}×)"
     return Goal(d, c.running.p95_ms <= bound, figure, c.running.p95_ms, bound, x)
+
+
+def cancel_parked(r: Results) -> Goal:
+    # Its path is the waiting job's (one script, then Celery's revoke broadcast) plus the REVOKED that the
+    # server writes itself afterwards (no worker runs the job to write it): one more write, so 2x, not 1.5x.
+    d = "cancel of a parked job, tasks/cancel → Celery's REVOKED: p50 ≤ 2× tasks/update → job continues"
+    return _p50_against_the_input_round_trip(d, r.cancel.parked, r.cancel.input_continues, 2.0)
 
 
 def metrics_cost(r: Results) -> Goal:
@@ -221,6 +232,7 @@ GOALS: tuple[Callable[[Results], Goal], ...] = (
     stored_task_scaling,
     cancel_waiting,
     cancel_running,
+    cancel_parked,
     metrics_cost,
     fallback_cost,
     idempotency_cost,

@@ -72,7 +72,8 @@ def method_section(cfg: RunConfig, app_config: str | None) -> list[str]:
         "times `tasks/update` until a job waiting for input (`ask_one`) carries on (the reference: the same "
         "wake-up), then `tasks/cancel` until a waiting job stops, then until a running job (`spin`, one cancel "
         f"checkpoint every {CANCEL_CHECKPOINT_S * 1000:g} ms, as the log search's tick) stops, cancelled at a random "
-        "point of that cycle. From the request being sent (from a second "
+        "point of that cycle, then until a job parked at its question (`ask_parking`, no worker holds it) reads "
+        "REVOKED, which the server writes itself. From the request being sent (from a second "
         "thread) to the end of the first GET of the job's Celery result, in a tight loop meanwhile, that finds "
         "REVOKED; each cancelled task must end `cancelled` by its job, not by the grace period.",
         "",

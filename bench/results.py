@@ -249,6 +249,7 @@ class CancelFigures:
     input_continues: Latencies | None = None  # the reference: the same wake-up (the job's BLPOP on its bell)
     waiting: Latencies | None = None  # a job waiting for input (`ask_one`)
     running: Latencies | None = None  # a running job with a checkpoint every checkpoint_ms (`spin`)
+    parked: Latencies | None = None  # a job parked at its question (`ask_parking`): the server ends it
     checkpoint_ms: float | None = None
 
 

@@ -191,6 +191,7 @@ def cancel_rows(r: Results) -> list[Row]:
             f"cancel → job stopped p50 / p95 / max ms: a running job, a checkpoint every {every} ms",
             ours=latencies(c.running),
         ),
+        row("cancel → Celery's REVOKED p50 / p95 / max ms: a job parked at its question", ours=latencies(c.parked)),
         row(
             "reference, same rounds: tasks/update → waiting job continues p50 / p95 / max ms",
             ours=latencies(c.input_continues),

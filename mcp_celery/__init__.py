@@ -20,7 +20,6 @@ The package is layered; each tier imports only the ones above it in this list:
     cli/                                  the `mcp-celery` command (top, demo)
     testing/                              process and JSON-RPC helpers for tests and the demo
 
-`demo_jobs` is the demo app under the name the guides use (`mcp_celery.cli.demo_jobs`).
 `docs/development.md` draws the map.
 
 Names here are loaded lazily (PEP 562), so `import mcp_celery.client` does not drag in
@@ -42,6 +41,7 @@ if _typing.TYPE_CHECKING:
         ConfigurationError,
         InputNotSupported,
         InputTimeout,
+        JobSignal,
         McpCeleryError,
         ProtocolError,
         TaskCancelled,
@@ -62,6 +62,7 @@ _EXPORTS = {
     "ConfigurationError": "mcp_celery.errors",
     "InputNotSupported": "mcp_celery.errors",
     "InputTimeout": "mcp_celery.errors",
+    "JobSignal": "mcp_celery.errors",
     "McpCeleryError": "mcp_celery.errors",
     "ProtocolError": "mcp_celery.errors",
     "TaskCancelled": "mcp_celery.errors",
@@ -90,6 +91,7 @@ __all__ = [
     "InputNotSupported",
     "InputTimeout",
     "JobContext",
+    "JobSignal",
     "ListRootsResult",
     "McpCeleryError",
     "MemberStatus",

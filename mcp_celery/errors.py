@@ -15,7 +15,11 @@
      │    ├── TaskCancelledError, TaskInputError, NotATaskError
      │    └── TaskFailedError     the task ended `failed` (an `mcp` MCPError too: its JSON-RPC error)
      └── RefusedError             (client CLI) the server refused the request over HTTP
-    TaskCancelled (BaseException) raised at a checkpoint once the client cancelled
+
+    JobSignal (BaseException)     control flow that ends a job's run, never an error
+     ├── TaskCancelled            raised at a checkpoint once the client cancelled
+     ├── JobParked                (worker.parking) the job parked at an open question
+     └── WorkflowStarted          (worker.workflow) the job handed its task over to a workflow
 
 Only `ProtocolError` and the server's own `MCPError`s reach the wire as JSON-RPC errors;
 every other exception raised by a job is a tool error (`completed`, `isError: true`). Which
@@ -38,6 +42,7 @@ __all__ = [
     "ConfigurationError",
     "InputNotSupported",
     "InputTimeout",
+    "JobSignal",
     "McpCeleryError",
     "NotReplicated",
     "ProtocolError",
@@ -121,11 +126,20 @@ class NotReplicated(McpCeleryError):
     a failover now could lose it."""
 
 
-class TaskCancelled(BaseException):
+class JobSignal(BaseException):
+    """Raised through a job's code to end its run: a cancel, a park, a handover to a workflow.
+
+    Control flow, not an error: a BaseException, as asyncio's `CancelledError` is, so that a job's
+    own `except Exception:` lets every one of them pass. A job that must catch more broadly lets them
+    through with `except mcp_celery.JobSignal: raise` before its handler; `finally` blocks run as usual.
+    """
+
+
+class TaskCancelled(JobSignal):
     """The client cancelled the task; raised at the job's next checkpoint.
 
-    It derives from BaseException so that a job's own `except Exception:` around a
-    checkpoint does not swallow the cancellation and carry on working.
+    A `JobSignal`, so that a job's own `except Exception:` around a checkpoint does not swallow the
+    cancellation and carry on working.
     """
 
 

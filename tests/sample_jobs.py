@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, chain, group, signals
@@ -272,6 +273,33 @@ def narrate(ctx: mcp_celery.JobContext, lines: int = 3, width: int = 0, every: f
         for i in range(then):
             ctx.output(f"more {i}")
     return f"{lines + then} lines"
+
+
+#: The queue of `narrate_through_outage`: only the worker of the test that stops the store's Redis takes it.
+OUTAGE_QUEUE = "outage"
+
+
+@mcp_celery.tool(app, queue=OUTAGE_QUEUE)
+def narrate_through_outage(ctx: mcp_celery.JobContext, gate: str) -> str:
+    """A line of output; then, once the file `gate`.down says the store's Redis is stopped, three lines
+    (lost), noted in `gate`.written; then, once `gate`.up says it is back, a last line."""
+    ctx.output("before")
+    _await_file(f"{gate}.down")
+    for i in range(3):
+        ctx.output(f"during {i}")  # Redis unreachable: best effort, the job goes on
+    Path(f"{gate}.written").touch()
+    _await_file(f"{gate}.up")
+    ctx.output("after")
+    return "went on"
+
+
+def _await_file(path: str, timeout: float = 120) -> None:
+    """Wait for the test to create `path` (the job cannot wait on Redis: it is stopped meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
 
 
 @mcp_celery.tool(app, task_mode="required")

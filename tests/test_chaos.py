@@ -33,3 +33,5 @@ def test_every_task_ends_consistently_with_what_happened_to_it(tmp_path: Path) -
     assert all(verdict.counts[kind] >= 1 for kind in KINDS), f"{replay}\n{verdict.counts}"
     # Parked jobs were answered and resumed.
     assert verdict.counts["resumed_completed"] >= 1, f"{replay}\n{verdict.counts}"
+    # Cancels were sent and took effect: tasks ended cancelled (each one a cancel the test sent, checked above).
+    assert verdict.counts["cancels"] >= 1 and verdict.counts["cancelled"] >= 1, f"{replay}\n{verdict.counts}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -15,8 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcp_celery.testing.processes import Process, redis_answers, start_redis
-from tests.support import ROOT, free_port
+from mcp_celery.testing.processes import Process, redis_answers, start_redis, wait_for
+from tests.support import ROOT, HttpClient, free_port
 
 
 @pytest.fixture
@@ -152,18 +151,52 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def descendants_of(pid: int) -> list[int]:
+    """Every process below `pid`: its children, theirs (a prefork worker's pool), and so on."""
+    found, level = [], children_of(pid)
+    while level:
+        found += level
+        level = [grandchild for child in level for grandchild in children_of(child)]
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie, exited but not reaped yet, has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def with_pool(tree: list[int]) -> list[int] | None:
+    """The demo's processes once its worker's three pool processes are among them (else None)."""
+    return tree if len(tree) >= 6 else None
+
+
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return "?"
+
+
 def test_the_demo_serving_on_takes_the_token_it_prints_and_a_sigterm_stops_all_it_started(tmp_path: Path) -> None:
+    """All it started: its Redis, the worker and the server, and the worker's prefork pool below it, one
+    of whose processes runs a job at the time."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "MCP_CELERY_DEMO", "MCP_CELERY_TOKEN"))}
     url = f"http://127.0.0.1:{free_port()}/mcp"
     demo = Process(
         [sys.executable, "-m", "mcp_celery", "demo", "--port", url.split(":")[2].split("/")[0], "--serve"],
         env, tmp_path / "demo.out", cwd=ROOT,
     )  # fmt: skip
-    started: list[int] = []
+    tree: list[int] = []
     try:
         demo.wait_ready(lambda: "until Ctrl-C" in demo.output(), 240, "the demo to serve on")
         started = children_of(demo.pid)
         assert len(started) == 3, (started, demo.output())  # its Redis, the worker and the server
+        # And below the worker its pool, `-c 3` processes, which the demo must stop too.
+        tree = wait_for(lambda: with_pool(descendants_of(demo.pid)), 60, 0.1, "the worker's pool processes")
         token = re.search(r"export MCP_CELERY_TOKEN=(\S+)", demo.output())
         assert token is not None, demo.output()
         call = [sys.executable, "-m", "mcp_celery", "call", "slow_compute", "--args", '{"seconds": 1}', "--url", url]
@@ -173,15 +206,20 @@ def test_the_demo_serving_on_takes_the_token_it_prints_and_a_sigterm_stops_all_i
             call, env={**env, "MCP_CELERY_TOKEN": token[1]}, capture_output=True, text=True, timeout=60
         )
         assert called.returncode == 0 and "job done after 1 s" in called.stdout, called.stdout + called.stderr
+        # A job runs in a pool process when the demo is told to stop, as when a user presses Ctrl-C mid-job.
+        busy = HttpClient(url, token[1])
+        running_job = busy.start("slow_compute", {"seconds": 600})
+        wait_for(lambda: busy.get(running_job).get("statusMessage", "").startswith("step"), 60, 0.1, "the job to run")
+        busy.close()
+        tree = list(dict.fromkeys([*tree, *descendants_of(demo.pid)]))  # a pool process replaced meanwhile too
         demo.proc.send_signal(signal.SIGTERM)  # the demo alone, as `kill PID` sends it
         assert demo.proc.wait(timeout=60) == 0, demo.output()
-        for pid in started:
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
+        left = [pid for pid in tree if running(pid)]
+        assert not left, [(pid, command_of(pid)) for pid in left]  # checked before anything below kills them
         logs = re.search(r"log: (\S+)/worker\.log", demo.output())
         assert logs is not None and not Path(logs[1]).exists(), demo.output()
     finally:
         demo.stop()
-        for pid in started:  # each leads a process group of its own; left over only when the demo failed
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        for pid in tree:  # left over only when the test failed above, and reported there: by pid, no group
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)

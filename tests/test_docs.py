@@ -95,6 +95,16 @@ def test_the_readme_lists_every_setting_configure_app_changes() -> None:
     assert sorted(listed) == sorted(applied)
 
 
+def test_the_readmes_where_to_read_on_links_every_guide() -> None:
+    """The README is the entry point: a guide it does not name under "Where to read on" is one nobody finds."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Where to read on", 1)[1].split("\n## ", 1)[0]
+    linked = set(re.findall(r"\]\(docs/guides/([^)#]+\.md)(?:#[^)]*)?\)", section))
+    guides = {path.name for path in (ROOT / "docs" / "guides").glob("*.md")}
+    assert sorted(guides - linked) == [], "guides the README's 'Where to read on' does not link"
+    assert sorted(linked - guides) == [], "links to guides that do not exist"
+
+
 def test_a_block_without_a_mode_fails_the_check() -> None:
     unmarked = Block("x.md", 1, "python", None, {}, "print('hi')\n")
     with pytest.raises(SnippetError, match="must say how it is checked"):

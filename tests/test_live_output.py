@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,17 +21,19 @@ from typing import Any
 import anyio
 import pytest
 import redis
-import redis.asyncio
 
 from mcp_celery.protocol import output_dropped, output_uri, split_output_uri
 from mcp_celery.server.edge import tokens
 from mcp_celery.server.tasks.pacing import OutputPacer
 from mcp_celery.store.aio import AsyncStore
+from mcp_celery.store.connect import async_client, redis_target, sync_client
 from mcp_celery.store.output import last_lines, render, slack
 from mcp_celery.store.schema import Keys, Lifetimes
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.testing.jsonrpc import SseStream
-from tests.support import ROOT, HttpClient, Process, session_redis, start_http_server
+from mcp_celery.testing.processes import wait_for
+from tests import sample_jobs
+from tests.support import ROOT, HttpClient, PersistentRedis, Process, start_http_server, start_worker
 
 KEEP = 1024 * 1024  # MCP_CELERY_OUTPUT_KEEP_BYTES's default, which the replicas and the worker keep
 
@@ -72,39 +75,43 @@ def test_an_outputs_updates_are_sent_at_once_after_a_pause_and_at_most_four_a_se
 # --- the store: one script per append, the slack, the record's lifetime --------------------------------
 
 
-def test_the_store_keeps_the_last_bytes_counts_the_dropped_ones_and_expires_with_the_record(tmp_path: Path) -> None:
-    keys = Keys(f"output-unit-{tmp_path.name}")
-    url = session_redis(12)
-    sync_client = redis.Redis.from_url(url)
-    store = SyncStore(sync_client, keys, Lifetimes(60, 60))
+@pytest.mark.store
+def test_the_store_keeps_the_last_bytes_counts_the_dropped_ones_and_expires_with_the_record(
+    store_redis: redis.Redis,
+) -> None:
+    """On the store as the workers and servers reach it (the ACL user, the cluster in those passes)."""
+    task_id, keys = f"output-unit-{uuid.uuid4().hex}", Keys()
+    record, output = keys.task(task_id), keys.output(task_id)
+    writer = sync_client(redis_target(sample_jobs.STORE), socket_timeout=10)
+    store = SyncStore(writer, keys, Lifetimes(60, 60))
     keep = 8192
-    assert store.append_output("t", b"lost", keep) is False  # no record: nothing is written
-    assert not sync_client.exists(keys.output("t"))
-    sync_client.hset(keys.task("t"), mapping={"tool": "narrate", "created": "1"})
-    sync_client.pexpire(keys.task("t"), 50_000)
+    assert store.append_output(task_id, b"lost", keep) is False  # no record: nothing is written
+    assert not store_redis.exists(output)
+    store_redis.hset(record, mapping={"tool": "narrate", "created": "1"})
+    store_redis.pexpire(record, 50_000)
     lines = [f"line {i:05d}\n".encode() for i in range(2000)]  # 22,000 bytes
     for line in lines:
-        assert store.append_output("t", line, keep)
-    stored = sync_client.strlen(keys.output("t"))
+        assert store.append_output(task_id, line, keep)
+    stored = store_redis.strlen(output)
     assert keep <= stored <= keep + slack(keep)  # cut back only past the slack
-    assert 0 < sync_client.pttl(keys.output("t")) <= sync_client.pttl(keys.task("t")) + 1000
-    assert store.append_output("t", b"y" * 3 * keep, keep)  # longer than what is kept: its head is not sent
+    assert 0 < store_redis.pttl(output) <= store_redis.pttl(record) + 1000
+    assert store.append_output(task_id, b"y" * 3 * keep, keep)  # longer than what is kept: its head is not sent
 
     async def read() -> str:
-        client = redis.asyncio.Redis.from_url(url)
+        client = async_client(redis_target(sample_jobs.STORE))
         try:
-            dropped, data = await AsyncStore(client, keys, Lifetimes(60, 60)).output("t")
+            dropped, data = await AsyncStore(client, keys, Lifetimes(60, 60)).output(task_id)
             return render(dropped, data, keep)
         finally:
             await client.aclose()
 
     dropped, kept = output_dropped(anyio.run(read))
     assert kept == "y" * keep and dropped == len(b"".join(lines)) + 2 * keep
-    sync_client.expire(keys.task("t"), 5)  # what the job's end does, then its caller:
-    store.expire_artifacts("t", output=True)
-    assert sync_client.pttl(keys.output("t")) <= 5000
-    sync_client.delete(keys.task("t"), keys.output("t"))
-    sync_client.close()
+    store_redis.expire(record, 5)  # what the job's end does, then its caller:
+    store.expire_artifacts(task_id, output=True)
+    assert 0 < store_redis.pttl(output) <= 5000  # given the record's 5 s: neither -1 (none) nor -2 (gone)
+    store_redis.delete(record, output)
+    writer.close()
 
 
 # --- end to end: two replicas, the session's worker ------------------------------------------------------
@@ -195,8 +202,23 @@ def test_another_principal_an_unknown_and_an_expired_task_get_the_artifacts_not_
     answers.append(replicas.read(replicas.b, task_id))
     for answer in answers:
         assert answer["error"] == {"code": -32602, "message": "Resource not found", "data": answer["error"]["data"]}
-    _, ack = listen(replicas.other, [output_uri(task_id)])
-    assert "resourceSubscriptions" not in ack  # not the caller's: not acknowledged
+
+
+@pytest.mark.store
+def test_another_principals_listen_to_a_live_tasks_output_is_not_acknowledged_and_the_owners_is(
+    replicas: Replicas, store_redis: redis.Redis
+) -> None:
+    task_id = replicas.a.start("narrate", {"lines": 1, "then": 1}, elicitation={})
+    replicas.a.wait(task_id, {"input_required"}, timeout=60)  # it lives on, waiting for an answer
+    uri = output_uri(task_id)
+    foreign, foreign_ack = listen(replicas.other, [uri])
+    foreign.close()
+    owned, owner_ack = listen(replicas.b, [uri])
+    owned.close()
+    assert store_redis.exists(f"mcp-celery:task:{{{task_id}}}")  # refused as foreign, not as gone
+    assert "resourceSubscriptions" not in foreign_ack, foreign_ack
+    assert owner_ack["resourceSubscriptions"] == [uri], owner_ack
+    replicas.a.result("tasks/cancel", {"taskId": task_id})
 
 
 @pytest.mark.store
@@ -268,3 +290,40 @@ def test_the_cli_call_shows_the_live_output(replicas: Replicas, tmp_path: Path) 
         [*cli, "--args", arguments, *token, "--quiet"], env=env, capture_output=True, text=True, timeout=120
     )
     assert quiet.returncode == 0 and "line 0" not in quiet.stderr, quiet.stderr
+
+
+def test_a_job_goes_on_while_the_stores_redis_is_unreachable_and_only_that_output_is_lost(
+    env: dict[str, str], own_redis: PersistentRedis, tmp_path: Path
+) -> None:
+    """The store on a Redis of the test's own, stopped while the job prints and started again (its
+    append-only file keeps the record): the job neither fails nor waits, the lines printed meanwhile
+    are lost (the worker says so), and the lines before and after are there."""
+    own = {**env, "MCP_CELERY_REDIS_URL": f"{own_redis.url}/0"}
+    url, server = start_http_server(own, tmp_path / "server.log")
+    queue = sample_jobs.OUTAGE_QUEUE
+    worker = start_worker(own, tmp_path / "worker.log", queues=queue, name=f"outage-{own_redis.port}")
+    client = HttpClient(url)
+    gate = str(tmp_path / "gate")
+    try:
+        task_id = client.start("narrate_through_outage", {"gate": gate})
+        wait_for(lambda: read_output(client, task_id) == "before\n", 60, 0.05, "the line printed before")
+        own_redis.stop()
+        Path(f"{gate}.down").touch()
+        wait_for(lambda: Path(f"{gate}.written").exists(), 30, 0.05, "the job to print while Redis is stopped")
+        assert worker.alive()
+        own_redis.start()
+        Path(f"{gate}.up").touch()
+        done = client.wait(task_id, timeout=60)
+        assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "went on", done
+        assert read_output(client, task_id) == "before\nafter\n"
+        assert worker.output().count("Redis unreachable; this output is lost") == 3, worker.tail()
+    finally:
+        client.close()
+        server.stop()
+        worker.stop()
+
+
+def read_output(client: HttpClient, task_id: str) -> str:
+    uri = output_uri(task_id)
+    (contents,) = client.result("resources/read", {"uri": uri}, name=uri)["contents"]
+    return str(contents["text"])

@@ -125,6 +125,19 @@ def test_a_taken_mark_that_fails_is_tried_again_until_it_is_written(
         redis_proc.stop()
 
 
+def parked_job(store_redis: redis.Redis, question_for_ms: int) -> tuple[redis.Redis, SyncStore, str]:
+    """A task `parks` (under a prefix of its own) whose job started, asked `q-1` and parked, the question open
+    for `question_for_ms`; its resume signature `{"task": "t"}`. The client, the store and the record's key."""
+    client = redis.Redis(connection_pool=store_redis.connection_pool)
+    store = SyncStore(client, Keys(f"store-test-{uuid.uuid4()}"), Lifetimes(60, 60))
+    key = stored(store, "parks", now_ms())
+    assert store.job_started("parks", 30_000) is not None
+    question = json.dumps({"method": "elicitation/create", "params": {"message": "go?"}})
+    store.post_inputs("parks", {"q-1": question}, now_ms())
+    assert store.park("parks", ["q-1"], now_ms() + question_for_ms, '{"task": "t"}') == "parked"
+    return client, store, key
+
+
 def test_a_taken_mark_that_comes_after_the_job_parked_is_not_written_and_the_resumed_message_is_marked(
     store_redis: redis.Redis,
 ) -> None:
@@ -133,20 +146,32 @@ def test_a_taken_mark_that_comes_after_the_job_parked_is_not_written_and_the_res
     heartbeat in the record: written, the parked task read failed ("the worker that took the job's message
     was lost") once the mark ran out (bench.parking, 10,000 parked tasks). Once answered, the resumed
     message is marked as any taken message is."""
-    client = redis.Redis(connection_pool=store_redis.connection_pool)
-    keys = Keys(f"store-test-{uuid.uuid4()}")
-    store = SyncStore(client, keys, Lifetimes(60, 60))
-    key = stored(store, "parks", now_ms())
-    assert store.job_started("parks", 30_000) is not None
-    question = json.dumps({"method": "elicitation/create", "params": {"message": "go?"}})
-    store.post_inputs("parks", {"q-1": question}, now_ms())
-    assert store.park("parks", ["q-1"], now_ms() + 60_000, '{"task": "t"}') == "parked"
+    client, store, key = parked_job(store_redis, question_for_ms=60_000)
+    keys = store.keys
     assert store.mark_taken("parks", now_ms() + 30_000) is False
     assert not client.hexists(key, FIELD.TAKEN)
     resume = asyncio.run(answer_once(keys, "parks", "q-1"))
     assert resume == '{"task": "t"}'  # unparked: the caller sends the message again
     assert store.mark_taken("parks", now_ms() + 30_000) is True
     assert client.hexists(key, FIELD.TAKEN)
+
+
+def test_a_run_lost_after_its_job_parked_leaves_the_task_parked_and_the_resumed_run_ends_it(
+    store_redis: redis.Redis,
+) -> None:
+    """A pool process killed after its job parked but before Celery heard the run end (a warm shutdown's
+    SIGTERM to the worker's process group): the worker's main process stores the loss as the job's outcome
+    (`failed_outside_the_job`). The park stands, its lifetime too; the resumed run's outcome is the task's."""
+    client, store, key = parked_job(store_redis, question_for_ms=600_000)
+    keys = store.keys
+    parked_for = client.ttl(key)
+    lost = {"status": "FAILURE", "error": "WorkerLostError('Worker exited prematurely: signal 15 (SIGTERM)')"}
+    store.job_ended("parks", asked=True, outcome=lost)
+    assert not client.hexists(key, FIELD.OUTCOME) and client.hexists(key, FIELD.PARKED)
+    assert client.ttl(key) > 60 and client.ttl(key) >= parked_for - 5  # not cut to the TTL from now
+    assert asyncio.run(answer_once(keys, "parks", "q-1")) == '{"task": "t"}'
+    store.job_ended("parks", asked=True, outcome={"status": "SUCCESS", "result": "done"})
+    assert json.loads(client.hget(key, FIELD.OUTCOME) or b"{}")["result"] == "done"
 
 
 async def answer_once(keys: Keys, task_id: str, wire_key: str) -> str | None:

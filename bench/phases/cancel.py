@@ -7,13 +7,15 @@ round, one task at a time:
    carries on (`bench.input_latency`'s round): the wake-up a cancel of a waiting job uses too;
 2. another waiting job is sent `tasks/cancel`;
 3. a running job with a cancel checkpoint every CANCEL_CHECKPOINT_S (`spin`) is sent `tasks/cancel`,
-   at a random point of its checkpoint cycle.
+   at a random point of its checkpoint cycle;
+4. a job parked at its question (`ask_parking`: no worker process holds it) is sent `tasks/cancel`:
+   the server itself ends it and writes Celery's REVOKED.
 
 A cancel is timed from the moment it is sent (from a second thread) to the end of the first GET of
 the job's Celery result, in a tight loop meanwhile, that finds it REVOKED: the job itself saw the
 cancel and stopped (the task's final state must say so too, not that the grace period ran out).
 These goals used to be timings inside the tests (tests/test_logs_job.py, tests/test_input_required.py,
-tests/test_cancel.py); the tests now only check that the job stops (Celery's REVOKED, the task
+tests/test_cancel.py, tests/test_parking.py); the tests now only check that the job stops (Celery's REVOKED, the task
 `cancelled` without the grace period's words), with loose bounds.
 """
 
@@ -45,24 +47,27 @@ def measure_cancel(cfg: RunConfig, rds: BenchRedis, results: Results) -> None:
     updates: list[float] = []
     waiting: list[float] = []
     running: list[float] = []
+    parked: list[float] = []
     rng = random.Random(28)  # the same phases every run
     with serving(bench_jobs.app, rds.url, "cancel", rds.client(0)) as probe:
         for _ in range(WARM_UP_ROUNDS):
             probe.one_round()
             cancel_waiting(probe)
             cancel_running(probe, rng)
+            cancel_parked(probe)
         before = CpuProbe.sample()
         for _ in range(cfg.cancel_rounds):
             updates.append(probe.one_round()[0])
             waiting.append(cancel_waiting(probe))
             running.append(cancel_running(probe, rng))
+            parked.append(cancel_parked(probe))
         results.foreign_cpu.append(("cancel", CpuProbe.foreign(before, CpuProbe.sample())))
     figures = results.cancel
     figures.checkpoint_ms = CANCEL_CHECKPOINT_S * 1000
     figures.input_continues, figures.waiting = Latencies.of(updates), Latencies.of(waiting)
-    figures.running = Latencies.of(running)
+    figures.running, figures.parked = Latencies.of(running), Latencies.of(parked)
     shown = (("update, job continues", figures.input_continues), ("cancel, waiting job", figures.waiting))
-    for name, lat in (*shown, ("cancel, running job", figures.running)):
+    for name, lat in (*shown, ("cancel, running job", figures.running), ("cancel, parked job", figures.parked)):
         say(f"  {name}: p50 {lat.p50_ms:.2f} ms, p95 {lat.p95_ms:.2f} ms, max {lat.max_ms:.2f} ms")
 
 
@@ -82,6 +87,16 @@ def cancel_running(probe: Probe, rng: random.Random) -> float:
     # Not a wait for anything: a cancel sent right at STARTED would always land early in the job's
     # first sleep and measure the whole interval; a random phase samples every point of the cycle.
     time.sleep(rng.uniform(0, CANCEL_CHECKPOINT_S))
+    return _cancel_until_revoked(probe, task_id, meta_key)
+
+
+def cancel_parked(probe: Probe) -> float:
+    """Seconds from tasks/cancel to REVOKED for a job parked at its question: no worker runs it, so the
+    server's cancel ends it and writes Celery's REVOKED itself."""
+    task_id = probe.client.start("ask_parking", {})
+    meta_key = probe.backend.get_key_for_task(task_id)
+    record = Keys().task(task_id)
+    wait_for(lambda: probe.results.hexists(record, FIELD.PARKED), 30, 0.002, "the job to park")
     return _cancel_until_revoked(probe, task_id, meta_key)
 
 

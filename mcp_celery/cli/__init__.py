@@ -3,7 +3,7 @@
     command.py      the parser and `serve` (stdio or Streamable HTTP), `token`, `top` and `demo`: wiring only
     top.py          `mcp-celery top`: the deployment live in a terminal, read from Redis
     demo.py         `mcp-celery demo`: Redis, a worker and the HTTP server, then a walkthrough
-    demo_jobs.py    the demo's jobs and app (`mcp_celery.demo_jobs`, the name the guides use, is an alias)
+    demo_jobs.py    the demo's jobs and app (`celery -A mcp_celery.cli.demo_jobs worker`)
     release_job.py  the release job: build, a named person's approval, publish (`jobs.release`; the demo's step 6)
 
 `mcp-celery call` and `mcp-celery tasks ...` are the client's (`mcp_celery.client._cli`). `main` is

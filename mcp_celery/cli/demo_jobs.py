@@ -54,7 +54,7 @@ def register(app: Celery) -> None:
         published = answer.action == "accept" and bool((answer.content or {}).get("confirm"))
         return {"epochs": epochs, "accuracy": accuracy, "published": published}
 
-    @app.task(bind=True, name="mcp_celery.demo_jobs.count_words", shared=False)  # registered per app
+    @app.task(bind=True, name="mcp_celery.cli.demo_jobs.count_words", shared=False)  # registered per app
     def count_words(self, text: str) -> int:  # type: ignore[no-untyped-def]
         """An ordinary Celery task that reports progress the usual Celery way."""
         words = text.split()
@@ -68,7 +68,7 @@ def register(app: Celery) -> None:
 
 
 app = Celery(
-    "mcp_celery.demo_jobs",
+    "mcp_celery.cli.demo_jobs",
     broker=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
     backend=os.environ.get("CELERY_RESULT_BACKEND", "redis://127.0.0.1:6379/1"),
 )

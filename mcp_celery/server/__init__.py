@@ -10,7 +10,6 @@
     approvals/   the approval page under /approvals: sign-in, the list, Approve / Deny
     edge/        auth and tokens, request limits and quotas, HTTP refusals
     ops/         metrics, deployment figures, probes, operator routes, diagnostics, observation
-    metrics.py, deployment_metrics.py   the paths the operations guide once gave: the ops/ modules
 
 The surfaces translate shapes over the engine; the engine, the edge and ops never import a surface
 (`tests/test_layering.py`). Imports the shared model (`mcp_celery.core`) and the store but never

@@ -20,6 +20,8 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, cast
 
+import redis.asyncio as aioredis
+
 from mcp_celery.store import scripts
 from mcp_celery.store.artifacts import ArtifactMeta
 from mcp_celery.store.commands import AsyncPipelined, is_cluster, publish_command, queue_script
@@ -455,4 +457,9 @@ class AsyncStore:
         await self.redis.delete(self.keys.task(task_id), self.keys.output(task_id))
 
     async def aclose(self) -> None:
-        await self.redis.aclose()
+        """Close the client and its connections: a pool given to the client (a bounded one) is not closed
+        with it by default, and its connections would be left to the garbage collector."""
+        if is_cluster(self.redis):
+            await self.redis.aclose()  # closes every node's connections
+        else:
+            await cast(aioredis.Redis, self.redis).aclose(close_connection_pool=True)

@@ -196,8 +196,12 @@ return 1
 # A job's end, in one round trip: its outcome (the first one wins, so a retry or a redelivery cannot
 # change it; listeners and the stream are told when this call stored it), the record (and its
 # answers and bell) kept for the TTL from now (the caller takes the task off the live set just
-# after). A record that has expired stays gone. Returns 1 when this call stored the outcome.
+# after). A record that has expired stays gone. A parked one is left as it is: its run ended at the
+# park, and an end heard after it (the worker's main process told that the pool process was lost
+# before Celery heard the run end, as a warm shutdown's SIGTERM to the process group can do) is not
+# the task's; the answer runs the job again. Returns 1 when this call stored the outcome.
 JOB_END = f"""
+if redis.call('HEXISTS', KEYS[1], '{FIELD.PARKED}') == 1 then return 0 end
 local exists
 if ARGV[2] ~= '' then
   exists = redis.call('EXPIRE', KEYS[1], ARGV[2]) == 1

@@ -17,7 +17,7 @@ from typing import Any
 
 from kombu.utils.json import dumps
 
-from mcp_celery.errors import ToolDefinitionError
+from mcp_celery.errors import JobSignal, ToolDefinitionError
 
 __all__ = ["PARK_AFTER_ATTRIBUTE", "JobParked", "check_park_after", "park_after_s", "resume_signature"]
 
@@ -27,8 +27,8 @@ PARK_AFTER_ATTRIBUTE = "mcp_celery_park_after_s"
 NEVER = -1.0
 
 
-class JobParked(BaseException):  # noqa: N818 - a signal like TaskCancelled, not an error
-    """Raised out of the job's frame when it parks: not an `Exception`, so a job's own handlers let it pass."""
+class JobParked(JobSignal):
+    """Raised out of the job's frame when it parks: a `JobSignal`, so a job's own `except Exception:` lets it pass."""
 
 
 def check_park_after(tool_name: str, value: Any) -> float:

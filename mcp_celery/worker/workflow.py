@@ -28,7 +28,7 @@ from mcp_celery.core.canvas import FAILED_HEADER, PARENT_HEADER, launch_merge, s
 from mcp_celery.core.status import CANCELLED_BEFORE_START, CANCELLED_WHILE_PARKED, TaskView, task_view
 from mcp_celery.core.tools import redelivered_on_loss, registry
 from mcp_celery.core.workflows import FailurePolicy, Member, Workflow, WorkflowKind, aggregate
-from mcp_celery.errors import TaskCancelled
+from mcp_celery.errors import JobSignal, TaskCancelled
 from mcp_celery.protocol import now_ms
 from mcp_celery.store.schema import TaskRecord, member_id
 from mcp_celery.store.sync import SyncStore
@@ -38,10 +38,10 @@ __all__ = ["FAILED_HEADER", "PARENT_HEADER", "WorkflowStarted", "after_member", 
 logger = logging.getLogger(__name__)
 
 
-class WorkflowStarted(BaseException):  # noqa: N818 - control flow, like TaskCancelled, not an error
+class WorkflowStarted(JobSignal):
     """Raised by `run_workflow` once the workflow is sent: the job ends, its task follows the workflow.
 
-    A BaseException, so that a job's own `except Exception:` cannot swallow it and carry on.
+    A `JobSignal`, so that a job's own `except Exception:` cannot swallow it and carry on.
     """
 
     def __init__(self, kind: str, members: int) -> None:

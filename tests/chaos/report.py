@@ -79,6 +79,7 @@ def evaluate(chaos: Chaos) -> Verdict:
         if problem:
             verdict.problems.append(f"{task.task_id} ({task.kind}): {problem}: {task.final}")
     verdict.counts |= _parking_counts(chaos, parks, runs, onces)
+    verdict.counts["cancelled"] = sum(1 for t in chaos.tasks.values() if t.final and t.final["status"] == "cancelled")
     if verdict.stuck:
         verdict.stuck.append(f"(messages left in the broker queue and kombu's unacked hash: {chaos.cluster.queued()})")
     verdict.table = table(chaos, verdict)

@@ -287,7 +287,7 @@ class TaskService:
             await self.store.confirm_replicated(task_id)
         except NotReplicated as exc:
             logger.warning("task %s: not confirmed on the replicas, cancelling it: %s", task_id, exc)
-            with contextlib.suppress(MCPError, RedisError, OSError):  # the cancel is as durable as Redis is now
+            with contextlib.suppress(MCPError, RedisError, OSError, NotReplicated):  # as durable as Redis is now
                 await self.cancel(task_id, spec)
             raise MCPError(INTERNAL_ERROR, f"{exc}, so it was cancelled: try again") from exc
 
