@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 
 from mcp_celery.errors import ArtifactError
 from mcp_celery.server.edge import tokens
-from mcp_celery.store.artifacts import FsspecArtifacts, artifact_uri, check_name, parse_uri
+from mcp_celery.store.artifact_files import FsspecArtifacts
+from mcp_celery.store.artifacts import artifact_uri, check_name, parse_uri
 from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.testing.processes import stop_group
 from tests import sample_jobs
@@ -361,8 +362,8 @@ def test_fuzz_artifact_names_stay_one_segment_inside_the_tasks_folder(name: str)
     assert 0 < len(name) <= 200 and name.isprintable()
     assert "/" not in name and "\\" not in name and ".." not in name
     assert parse_uri(artifact_uri("t1", name)) == ("t1", name)
-    path = FsspecArtifacts("memory://fuzz-names").path("t1", name)
-    assert posixpath.dirname(path) == "/fuzz-names/t1" and posixpath.normpath(path) == path
+    path = FsspecArtifacts("memory://fuzz-names", "fz").path("t1", name)
+    assert posixpath.dirname(path) == "/fuzz-names/fz/t1" and posixpath.normpath(path) == path
 
 
 @st.composite
