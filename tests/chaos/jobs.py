@@ -34,8 +34,13 @@ def record_run(ctx: mcp_celery.JobContext, key: str = RUNS_KEY) -> None:
     """Append this execution to the log, waiting out a Redis restart (the log must not miss a run)."""
     entry = json.dumps({"task": ctx.task_id, "pid": os.getpid(), "worker": os.getppid(), "t": time.time()})
     deadline = time.monotonic() + 120
+    sent = False
     while True:
         try:
+            # A push whose reply was lost may have landed: pushing again would log a run that never was.
+            if sent and runs.lpos(key, entry) is not None:
+                return
+            sent = True
             runs.rpush(key, entry)
             return
         except (redis.ConnectionError, redis.TimeoutError):
