@@ -344,8 +344,9 @@ def layout_page() -> str:
         tiers.strip(),
         "```",
         "",
-        "`tests/test_layering.py` holds the tiers to that: a worker never loads the MCP SDK, a client never loads "
-        "Celery or Redis, `import mcp_celery` loads neither, and the CLI loads a tier only when its command runs.",
+        "`tests/package/test_layering.py` holds the tiers to that: a worker never loads the MCP SDK, a client never "
+        "loads Celery or Redis, `import mcp_celery` loads neither, and the CLI loads a tier only when its command "
+        "runs.",
         "",
     ]
     for folder, title in (("mcp_celery", "The package"), ("jobs", "The real jobs (`jobs/`, not installed)")):

@@ -24,7 +24,7 @@ import redis
 from bench import rpc
 from bench.rpc import TASKS_EXT, SyncClient
 from mcp_celery.testing.processes import start_redis
-from tests.support import Process, free_port, http_answers, start_worker, wait_for
+from tests.support.harness import Process, free_port, http_answers, start_worker, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ import mcp_celery
 from mcp_celery.core.tools import registry
 from mcp_celery.redact import redact
 from mcp_celery.testing.jsonrpc import RawStdioClient
-from tests.snippet_scenario import host_session_tools
-from tests.support import ROOT, free_port, session_redis, wait_for
+from tests.support.harness import ROOT, free_port, session_redis, wait_for
+from tests.support.snippet_scenario import host_session_tools
 
 PROJECT = '''
 import os

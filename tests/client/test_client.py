@@ -38,11 +38,11 @@ from mcp_celery.client import (
     TasksExtension,
     connect,
 )
-from tests.client_fixtures import LISTEN_SERVER_LOG, TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
-from tests.listen_server import REFUSED, ListenServer
-from tests.support import ROOT, Process
+from tests.support.client_fixtures import LISTEN_SERVER_LOG, TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
+from tests.support.harness import ROOT, Process
+from tests.support.listen_server import REFUSED, ListenServer
 
-STDIO_COMMAND = (sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs")
+STDIO_COMMAND = (sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs")
 
 
 @pytest.fixture(params=["http", "stdio"])

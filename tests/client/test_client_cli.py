@@ -18,11 +18,11 @@ import pexpect
 import pytest
 
 from mcp_celery.client import Journal
-from tests.client_fixtures import TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
-from tests.support import ROOT, Process, wait_for
+from tests.support.client_fixtures import TOKEN, fastmcp_url, listen_url  # noqa: F401  (fixtures)
+from tests.support.harness import ROOT, Process, wait_for
 
 CLI = [sys.executable, "-m", "mcp_celery"]
-STDIO_SERVER = ["--", sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"]
+STDIO_SERVER = ["--", sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"]
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_FAILED, EXIT_CANCELLED = 0, 1, 3, 4
 
 

@@ -1,8 +1,8 @@
 """A lost reply never runs a job twice (issue 47): clients that send a call again with its idempotency key.
 
-The end-to-end tests put `tests.dropping_proxy` (loopback TCP) between a client and the suite's HTTP
+The end-to-end tests put `tests.support.dropping_proxy` (loopback TCP) between a client and the suite's HTTP
 server: it forwards the `tools/call`, then closes the connection before the reply reaches the client,
-as a proxy timeout or a sleeping laptop does. The job (`tests.sample_jobs.count_run`) counts its runs in
+as a proxy timeout or a sleeping laptop does. The job (`tests.support.sample_jobs.count_run`) counts its runs in
 a Redis marker: the side effect that must happen once. The transport's own rules (which calls it sends
 again, when, and never to a server that does not honour keys) are checked on an in-process mock.
 """
@@ -31,8 +31,8 @@ from mcp_celery import idempotency
 from mcp_celery.client import Journal, ServerTarget, TasksExtension, connect
 from mcp_celery.client._retries import NO_RETRIES, Retries, RetryingTransport
 from mcp_celery.protocol import client_capabilities
-from tests.dropping_proxy import DroppingProxy, dropping_proxy
-from tests.support import ROOT, HttpClient, Process, wait_for
+from tests.support.dropping_proxy import DroppingProxy, dropping_proxy
+from tests.support.harness import ROOT, HttpClient, Process, wait_for
 
 FAST = Retries(attempts=3, backoff_s=0.05)
 ACCEPTED = {"action": "accept", "content": {"confirm": True}}

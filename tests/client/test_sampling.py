@@ -1,5 +1,5 @@
 """Sampling with tools: the requests jobs build, the answers the server accepts, and the client's answerers
-(the OpenAI-compatible translation and the command), without a server. End to end: tests/test_code_review.py.
+(the OpenAI-compatible translation and the command), without a server. End to end: tests/jobs/test_code_review.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from mcp_celery.core.tools import registry
 from mcp_celery.settings import Settings
 from mcp_celery.store.schema import Keys
 from mcp_celery.worker.config import worker_settings
-from tests.support import ROOT, Process
+from tests.support.harness import ROOT, Process
 
 
 def make_app(**conf: Any) -> Celery:
@@ -146,7 +146,7 @@ def test_a_tool_called_the_plain_celery_way_runs_eagerly_with_a_detached_context
 def test_a_tool_called_the_plain_celery_way_runs_on_a_prefork_worker_without_an_mcp_task(
     worker: Process, store_redis: redis.Redis
 ) -> None:
-    from tests import sample_jobs
+    from tests.support import sample_jobs
 
     called = sample_jobs.detached_probe.delay(x=21)
     done = called.get(timeout=30)
@@ -176,14 +176,14 @@ def test_without_redis_for_its_state_the_error_says_exactly_what_to_set() -> Non
 
 
 def test_dash_a_takes_a_module_or_module_colon_app_like_celery() -> None:
-    from tests import sample_jobs
+    from tests.support import sample_jobs
 
-    assert load_app("tests.sample_jobs") is sample_jobs.app
-    assert load_app("tests.sample_jobs:app") is sample_jobs.app
+    assert load_app("tests.support.sample_jobs") is sample_jobs.app
+    assert load_app("tests.support.sample_jobs:app") is sample_jobs.app
     with pytest.raises(mcp_celery.ConfigurationError, match="cannot import"):
         load_app("tests.no_such_module")
     with pytest.raises(mcp_celery.ConfigurationError, match="no Celery app"):
-        load_app("tests.sample_jobs:markers")
+        load_app("tests.support.sample_jobs:markers")
 
 
 def test_serve_reports_configuration_errors_without_a_traceback() -> None:

@@ -1,6 +1,6 @@
 """Workflows: a Celery group, chord or chain as one MCP task, across the session's prefork worker processes.
 
-The sample tools (`sweep`, `steps`, `fanout` in tests/sample_jobs.py) hand their task over to a canvas
+The sample tools (`sweep`, `steps`, `fanout` in tests/support/sample_jobs.py) hand their task over to a canvas
 of ordinary Celery tasks (`wf_member`, a merge step) with `ctx.run_workflow`; the members run on any
 worker process, each with a record of its own naming the MCP task.
 """
@@ -25,9 +25,9 @@ from mcp_celery.core.workflows import Member, Workflow, aggregate
 from mcp_celery.protocol import TERMINAL_STATUSES
 from mcp_celery.server.engine.reaper import LOST_BEFORE_START
 from mcp_celery.store.schema import FIELD, Keys, TaskRecord
-from tests import sample_jobs
-from tests.support import HttpClient, Process, caps, start_worker, wait_for
-from tests.test_push import listen, notifications_until_end
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, caps, start_worker, wait_for
+from tests.support.push import listen, notifications_until_end
 
 REDIS_BROKER = os.environ["TEST_BROKER_URL"].startswith("redis")
 
@@ -97,7 +97,7 @@ def test_the_first_failing_member_fails_the_workflow_and_the_others_are_cancelle
 def test_the_failure_names_the_member_that_failed_even_once_a_member_before_it_was_cancelled_for_it() -> None:
     # What a reader sees while the other members' cancels are going out (CI's RabbitMQ pass once froze
     # "member wf_member-1 failed: cancelled by client" here): the member that failed is the one named.
-    members = tuple(Member(f"id-{i}", f"wf_member-{i + 1}", "tests.sample_jobs.wf_member") for i in range(3))
+    members = tuple(Member(f"id-{i}", f"wf_member-{i + 1}", "tests.support.sample_jobs.wf_member") for i in range(3))
     workflow = Workflow("group", members)
     parent = TaskRecord(task_id="parent", tool="sweep", created_ms=1000, ttl_ms=None, poll_ms=500)
     views = {
@@ -109,12 +109,12 @@ def test_the_failure_names_the_member_that_failed_even_once_a_member_before_it_w
              for task_id, view in views.items()}  # fmt: skip
     step = aggregate(workflow, parent, found, 1400, tool=None)
     assert step.view.status == "failed" and step.freeze
-    assert step.view.status_message == "member wf_member-2 (tests.sample_jobs.wf_member) failed: boom"
+    assert step.view.status_message == "member wf_member-2 (tests.support.sample_jobs.wf_member) failed: boom"
     assert step.cancel == ("id-2",)
     # With no member failed on its own, the first one cancelled is named, as before.
     only_cancelled = {**found, "id-1": (found["id-1"][0], TaskView("working", 1200, "running"))}
     named = aggregate(workflow, parent, only_cancelled, 1400, tool=None).view.status_message
-    assert named == "member wf_member-1 (tests.sample_jobs.wf_member) failed: cancelled by client"
+    assert named == "member wf_member-1 (tests.support.sample_jobs.wf_member) failed: cancelled by client"
 
 
 @pytest.mark.broker
@@ -142,7 +142,7 @@ def test_a_chain_ends_with_its_last_steps_result_and_a_group_without_merge_with_
 def test_a_member_with_a_task_id_of_its_own_is_a_tool_error_saying_what_to_change(client: HttpClient) -> None:
     done = client.wait(client.start("fanout", {"n": 2, "own_ids": True}), timeout=60)
     assert done["status"] == "completed" and done["result"]["isError"], done
-    assert "leave task_id unset on tests.sample_jobs.wf_member" in done["result"]["content"][0]["text"], done
+    assert "leave task_id unset on tests.support.sample_jobs.wf_member" in done["result"]["content"][0]["text"], done
 
 
 @pytest.mark.broker

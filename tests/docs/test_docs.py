@@ -1,8 +1,8 @@
 """The README and the docs: every code block either runs as written or is checked without running.
 
-How each kind of block is checked: `tests/snippets.py`; how a page's blocks run: `tests/snippet_scenario.py`. The names
-say which: `test_..._run_as_written` executes blocks (real worker, real server, the suite's Redis),
-`test_..._without_running_them` only compiles and parses them.
+How each kind of block is checked: `tests/support/snippets.py`; how a page's blocks run:
+`tests/support/snippet_scenario.py`. The names say which: `test_..._run_as_written` executes blocks (real
+worker, real server, the suite's Redis), `test_..._without_running_them` only compiles and parses them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import redis
 from celery import Celery
 
 from mcp_celery.worker.config import recommended_settings
-from tests.snippet_code import message_in_code
-from tests.snippet_scenario import Scenario
-from tests.snippets import (
+from tests.support.harness import ROOT, session_redis
+from tests.support.snippet_code import message_in_code
+from tests.support.snippet_scenario import Scenario
+from tests.support.snippets import (
     Block,
     SnippetError,
     blocks,
@@ -27,7 +28,6 @@ from tests.snippets import (
     pages,
     quoted_messages,
 )
-from tests.support import ROOT, session_redis
 
 PAGES = pages()
 CODE_BLOCKS = [block for page in PAGES for block in blocks(page) if block.is_code]

@@ -1,6 +1,6 @@
 """Any Celery result backend: PostgreSQL, SQLite or none; mcp-celery's state lives in its own Redis.
 
-Real prefork workers and servers for `tests.backend_jobs`, whose Celery result backend each
+Real prefork workers and servers for `tests.support.backend_jobs`, whose Celery result backend each
 parameter chooses; MCP_CELERY_REDIS_URL points mcp-celery at the suite's Redis. `tasks/get`
 reads only mcp-celery's record, so everything MCP shows comes from what the worker side wrote
 there, while ordinary Celery callers of an exposed task still get results from Celery's backend.
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from tests import backend_jobs
-from tests.support import ROOT, HttpClient, caps, start_http_server, start_worker, wait_for
+from tests.support import backend_jobs
+from tests.support.harness import ROOT, HttpClient, caps, start_http_server, start_worker, wait_for
 
 POSTGRESQL = os.environ.get("TEST_POSTGRESQL_BACKEND", "db+postgresql+psycopg://postgres@127.0.0.1:5432/test")
 ELICIT = caps(elicitation={})
@@ -48,9 +48,9 @@ def stack(
     own = {**patient_env, "BACKEND_JOBS_RESULT_BACKEND": url, "MCP_CELERY_REDIS_URL": os.environ["TEST_RESULT_BACKEND"]}
     worker = start_worker(
         own, logs / f"backend-{kind}-worker.log", queues=backend_jobs.QUEUE, name=f"backend-{kind}",
-        app="tests.backend_jobs", concurrency=2,
+        app="tests.support.backend_jobs", concurrency=2,
     )  # fmt: skip
-    http_url, server = start_http_server(own, logs / f"backend-{kind}-http.log", app="tests.backend_jobs")
+    http_url, server = start_http_server(own, logs / f"backend-{kind}-http.log", app="tests.support.backend_jobs")
     client = HttpClient(http_url)
     yield Stack(kind, url, client)
     client.close()
@@ -96,7 +96,7 @@ def test_questions_progress_and_cancel_work_whatever_the_backend(stack: Stack) -
 def test_ordinary_celery_callers_of_an_exposed_task_still_get_results_the_celery_way(stack: Stack) -> None:
     assert text(stack.client.wait(stack.client.start("add", {"x": 2, "y": 3}), timeout=30)) == "5"
     caller = stack.celery_caller()
-    result = caller.send_task("tests.backend_jobs.add", args=(20, 22), queue=backend_jobs.QUEUE)
+    result = caller.send_task("tests.support.backend_jobs.add", args=(20, 22), queue=backend_jobs.QUEUE)
     if stack.kind == "none":
         with pytest.raises(NotImplementedError):  # no result backend: Celery callers cannot read results
             result.get(timeout=5)
@@ -111,8 +111,9 @@ def test_without_redis_for_mcp_celery_server_and_worker_refuse_to_start_in_one_l
     bare = {k: v for k, v in env.items() if k != "MCP_CELERY_REDIS_URL"}
     bare["BACKEND_JOBS_RESULT_BACKEND"] = POSTGRESQL
     args = {
-        "serve": [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.backend_jobs"],
-        "worker": [sys.executable, "-m", "celery", "-A", "tests.backend_jobs", "worker", "-P", "solo", "-Q", "refused"],
+        "serve": [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.backend_jobs"],
+        "worker": [sys.executable, "-m", "celery", "-A", "tests.support.backend_jobs"]
+        + ["worker", "-P", "solo", "-Q", "refused"],
     }[command]
     done = subprocess.run(
         args, env=bare, cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL

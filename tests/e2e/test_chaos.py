@@ -1,7 +1,7 @@
 """The short chaos run (issue 11): tasks in flight through kills, restarts, cancels and answers.
 
 Two prefork workers and two HTTP servers on an append-only Redis of the test's own; every kind of
-chaos event (KINDS) happens at least once (the long run, `python -m tests.chaos`,
+chaos event (KINDS) happens at least once (the long run, `python -m tests.support.chaos`,
 is the same code with 200 tasks in flight for minutes). The seed is printed, and every failure message
 says it; MCP_CELERY_CHAOS_SEED replays one.
 """
@@ -12,8 +12,8 @@ import os
 import random
 from pathlib import Path
 
-from tests.chaos import Plan, run_chaos
-from tests.chaos.run import KINDS
+from tests.support.chaos import Plan, run_chaos
+from tests.support.chaos.run import KINDS
 
 PLAN = Plan(in_flight=24, duration_s=30, concurrency=3, max_sleep_s=3.0, event_gap_s=(2.5, 4.5), kinds=KINDS)
 
@@ -22,7 +22,7 @@ def test_every_task_ends_consistently_with_what_happened_to_it(tmp_path: Path) -
     given = os.environ.get("MCP_CELERY_CHAOS_SEED")
     seed = int(given) if given else random.randrange(1_000_000)
     # Every failure says the seed: a red run is replayed with the same decisions (process timing still varies).
-    replay = f"chaos seed {seed}; replay: MCP_CELERY_CHAOS_SEED={seed} python3 -m pytest tests/test_chaos.py"
+    replay = f"chaos seed {seed}; replay: MCP_CELERY_CHAOS_SEED={seed} python3 -m pytest tests/e2e/test_chaos.py"
     try:
         verdict = run_chaos(tmp_path, PLAN, seed, settle_s=40)
     except Exception as exc:

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from mcp_celery.testing.processes import Process, redis_answers, start_redis, wait_for
-from tests.support import ROOT, HttpClient, free_port
+from tests.support.harness import ROOT, HttpClient, free_port
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import yaml
 
 from mcp_celery.testing.jsonrpc import RawHttpClient
 from mcp_celery.testing.processes import Process, free_port, wait_for
-from tests.support import ROOT
+from tests.support.harness import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
 

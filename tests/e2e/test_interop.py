@@ -1,8 +1,8 @@
 """The client libraries agents are built on, each pinned and driven through its own tool layer: every case passes.
 
 A server with the default inline window (MCP_CELERY_INLINE_S unset: 20 s, each client's own window below
-its timeout) and a prefork worker of its own; every library's driver (tests/interop/run_*.py, in the
-library's virtualenv: tests/interop/venvs.py) runs the cases of tests/interop/scripted.py at the same
+its timeout) and a prefork worker of its own; every library's driver (tests/support/interop/run_*.py, in the
+library's virtualenv: tests/support/interop/venvs.py) runs the cases of tests/support/interop/scripted.py at the same
 time: a short job, a job past the window, a job that asks early and late, a cancel, and a 12 s job with
 the library's default timeout. The drivers report what the model saw; the server's ended stream says
 what became of every job (no job run twice, none left running, each cancel a cancel).
@@ -25,9 +25,9 @@ import pytest
 import redis
 
 from mcp_celery.store.schema import Keys
-from tests.interop.scripted import CASES
-from tests.interop.venvs import HERE, LIBRARIES, missing, python_of
-from tests.support import require_service, start_http_server, start_worker
+from tests.support.harness import require_service, start_http_server, start_worker
+from tests.support.interop.scripted import CASES
+from tests.support.interop.venvs import HERE, LIBRARIES, missing, python_of
 
 #: The longest a driver may take for all its cases: about 45 s of jobs, 100 s with all eight at once on a
 #: loaded 2-core machine (their imports).

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from mcp_celery.testing.processes import wait_for
-from tests import sample_jobs
-from tests.support import HttpClient, PersistentRedis, caps, start_http_server, start_worker
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, PersistentRedis, caps, start_http_server, start_worker
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests import sample_jobs
-from tests.support import HttpClient, Process, start_http_server, start_worker, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, start_http_server, start_worker, wait_for
 
 
 def celery_status(task_id: str) -> str:

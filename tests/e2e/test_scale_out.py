@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support import HttpClient, Process, live_processes, start_http_server, wait_for
+from tests.support.harness import HttpClient, Process, live_processes, start_http_server, wait_for
 
 T = TypeVar("T")
 ESTABLISHED, LISTEN = "01", "0A"  # TCP states as /proc/net/tcp writes them

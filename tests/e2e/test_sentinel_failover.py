@@ -39,8 +39,8 @@ import redis
 from mcp_celery.protocol import INTERNAL_ERROR, TERMINAL_STATUSES
 from mcp_celery.server.engine.reaper import LOST_BEFORE_START
 from mcp_celery.testing.processes import wait_for
-from tests.redis_topologies import MASTER_NAME, SentinelGroup, start_plain, start_sentinel_group
-from tests.support import HttpClient, Process, caps, start_http_server, start_worker
+from tests.support.harness import HttpClient, Process, caps, start_http_server, start_worker
+from tests.support.redis_topologies import MASTER_NAME, SentinelGroup, start_plain, start_sentinel_group
 
 TASKS = 200
 CLIENTS = 8

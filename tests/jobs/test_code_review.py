@@ -49,78 +49,12 @@ from mcp_celery.client import (
     connect,
 )
 from mcp_celery.inputs import SAMPLING_USAGE_META, declined_sampling
-from tests.support import ROOT, HttpClient, Process, free_port, start_http_server, start_jobs_worker, wait_for
-from tests.support import jobs_env as jobs_env_for
+from tests.support.harness import ROOT, HttpClient, Process, free_port, start_http_server, start_jobs_worker, wait_for
+from tests.support.harness import jobs_env as jobs_env_for
+from tests.support.review_repo import INVOICES, ORDERS, UTIL, UTIL_EXCEPT_LINE, make_repo
 
 SamplingAnswer = CreateMessageResult | CreateMessageResultWithTools
 TOOL_NAMES = {"search", "read", "duplicates", "lint", "house_rules", "submit_review"}
-
-ORDERS = '''"""Orders."""
-
-import json
-
-
-def order_total(path):
-    with open(path) as handle:
-        orders = json.load(handle)
-    if not orders:
-        raise ValueError("no orders")
-    amounts = [order["amount"] for order in orders]
-    total = sum(amounts)
-    return round(total, 2)
-'''
-INVOICES = ORDERS.replace("Orders", "Invoices").replace("order", "invoice").replace("amount", "due")
-UTIL = '''"""Helpers."""
-
-import os
-import sys
-
-
-def read_config(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except Exception:
-        return ""
-'''
-UTIL_EXCEPT_LINE = 11
-RULES = """# House rules
-
-Catch the exceptions you expect, never `Exception`.
-
-```review-rules
-max_line_length = 100
-
-[[forbid]]
-pattern = 'except Exception\\b'
-files = "*.py"
-rule = "no-broad-except"
-message = "catches every exception, bugs included"
-suggestion = "catch the exceptions you expect"
-```
-"""
-
-
-def make_repo(base: Path) -> Path:
-    """A repository with a renamed duplicate (orders/invoices), a broad except and two unused imports (util)."""
-    root, outside = base / "repo", base / "outside"
-    files = {
-        "pkg/orders.py": ORDERS,
-        "pkg/invoices.py": INVOICES,
-        "pkg/util.py": UTIL,
-        "pkg/generated/copy.py": ORDERS,  # ignored by .gitignore: its duplicate is not reported
-        ".review.md": RULES,
-        ".gitignore": "generated/\n",
-        "ruff.toml": '[lint]\nselect = ["F"]\n',
-    }
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    (outside / "secret.py").parent.mkdir(parents=True)
-    (outside / "secret.py").write_text(ORDERS)
-    (root / "pkg" / "leak.py").symlink_to(outside / "secret.py")
-    (root / "escape").symlink_to(outside, target_is_directory=True)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -518,7 +452,7 @@ def cli_review(url: str, arguments: dict[str, Any], tmp_path: Path, *sampling: s
 
 
 def test_the_sampling_command_answers_every_turn(url: str, tmp_path: Path) -> None:
-    command = f"{sys.executable} tests/scripted_model.py"
+    command = f"{sys.executable} tests/support/scripted_model.py"
     code, result = cli_review(url, {"path": "pkg"}, tmp_path, "--sampling-command", command)
     assert code == 0 and (result["model_review"], result["turns"], result["model"]) == (
         "completed", 2, "scripted-command",

@@ -21,9 +21,17 @@ from jobs._logfilters import LineFilter
 from jobs._logsearch import Query, search
 from jobs.sweep import run_model_name
 from jobs.training import make_dataset
-from tests.logdata import log_lines, write
-from tests.support import HttpClient, Process, caps, session_redis, start_http_server, start_jobs_worker, wait_for
-from tests.support import jobs_env as jobs_env_for
+from tests.support.harness import (
+    HttpClient,
+    Process,
+    caps,
+    session_redis,
+    start_http_server,
+    start_jobs_worker,
+    wait_for,
+)
+from tests.support.harness import jobs_env as jobs_env_for
+from tests.support.logdata import log_lines, write
 
 #: The sharded search's shard size here: the log root below holds about 1.2 MB, so about 5 shards.
 SHARD_BYTES = 250_000

@@ -25,9 +25,9 @@ from jobs._logfiles import LogSearchError, open_inside
 from jobs._logfilters import LineFilter
 from jobs._logsearch import Query, available_cpus, search
 from jobs.logs import PROCESSES_ENV, search_processes
-from tests.logdata import BLOCK_ERRORS, START, as_tuples, big_gzip, expected, log_lines, rg_processes, write
-from tests.support import HttpClient, Process, start_http_server, start_jobs_worker, wait_for
-from tests.support import jobs_env as jobs_env_for
+from tests.support.harness import HttpClient, Process, start_http_server, start_jobs_worker, wait_for
+from tests.support.harness import jobs_env as jobs_env_for
+from tests.support.logdata import BLOCK_ERRORS, START, as_tuples, big_gzip, expected, log_lines, rg_processes, write
 
 # --- the search engine, no Celery ---------------------------------------------------------------
 

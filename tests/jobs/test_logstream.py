@@ -1,7 +1,7 @@
 """Every match of a log search as JSON Lines (`jobs._logstream`): the bulk encoding against `json.dumps` line by
 line, and the stream against the first pass (`jobs._logsearch.search`) and `grep -c`, on real rg processes.
 
-No Celery here: `log_search` hands the stream to `ctx.artifact` (tests/test_artifacts.py runs it end to end).
+No Celery here: `log_search` hands the stream to `ctx.artifact` (tests/store/test_artifacts.py runs it end to end).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from jobs._logfiles import expand
 from jobs._logfilters import LineFilter
 from jobs._logsearch import BOUNDARY_SCAN, FIRST_BYTES, TICK_S, Progress, Query, search, search_files
 from jobs._logstream import SEPARATOR, MatchStream, json_lines
-from tests.logdata import BLOCK, BLOCK_ERRORS, big_gzip, log_lines, rg_processes, write
+from tests.support.logdata import BLOCK, BLOCK_ERRORS, big_gzip, log_lines, rg_processes, write
 
 PREFIX = b'{"file":"a.log","line_number":'
 

@@ -24,8 +24,8 @@ import redis
 from celery import Celery
 
 from jobs.training import make_dataset
-from tests.support import HttpClient, Process, session_redis, start_http_server, start_jobs_worker, wait_for
-from tests.support import jobs_env as jobs_env_for
+from tests.support.harness import HttpClient, Process, session_redis, start_http_server, start_jobs_worker, wait_for
+from tests.support.harness import jobs_env as jobs_env_for
 
 EPOCH_STATUS = re.compile(r"epoch (\d+)/(\d+), val accuracy (0\.\d{3}|1\.000)")
 

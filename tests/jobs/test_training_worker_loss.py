@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import HttpClient, start_http_server, start_jobs_worker, wait_for
-from tests.support import jobs_env as jobs_env_for
+from tests.support.harness import HttpClient, start_http_server, start_jobs_worker, wait_for
+from tests.support.harness import jobs_env as jobs_env_for
 
 EPOCH_STATUS = re.compile(r"epoch (\d+)/(\d+), val accuracy (0\.\d{3}|1\.000)")
 ARGUMENTS = {"samples": 60_000, "epochs": 8, "patience": 8, "min_delta": 0.0}

@@ -15,7 +15,7 @@ import pytest
 
 from mcp_celery.logs import principal_digest
 from mcp_celery.server.edge.tokens import new_token
-from tests.support import HttpClient, Process, free_port, http_answers, start_worker, wait_for
+from tests.support.harness import HttpClient, Process, free_port, http_answers, start_worker, wait_for
 
 PRINCIPAL = "alice-ops-principal"
 SECRET_ARGUMENT = "arg-s3cr3t-7Q2"
@@ -27,18 +27,18 @@ SECRETS = [SECRET_ARGUMENT, SECRET_PIN, str(REJECTED_PIN), "result-secret", PRIN
 
 @pytest.fixture(scope="module")
 def logged(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HttpClient, Path, Path]]:
-    """A JSON-logging server (with a bearer token for PRINCIPAL) and worker of `tests.ops_jobs`."""
+    """A JSON-logging server (with a bearer token for PRINCIPAL) and worker of `tests.support.ops_jobs`."""
     folder = tmp_path_factory.mktemp("json-logs")
     token = new_token(PRINCIPAL, folder / "tokens")
     ops_env = {**env, "TEST_OPS_QUEUE": "ops-logs", "MCP_CELERY_AUTH_TOKENS": str(folder / "tokens")}
     worker = start_worker(
         {**ops_env, "MCP_CELERY_LOG_FORMAT": "json"}, folder / "worker.log", queues="ops-logs", name="ops-logs",
-        app="tests.ops_jobs",
+        app="tests.support.ops_jobs",
     )  # fmt: skip
     try:
         port = free_port()
         url = f"http://127.0.0.1:{port}/mcp"
-        args = ["--log-level", "INFO", "--log-format", "json", "serve", "-A", "tests.ops_jobs", "--http"]
+        args = ["--log-level", "INFO", "--log-format", "json", "serve", "-A", "tests.support.ops_jobs", "--http"]
         server = Process(
             [sys.executable, "-m", "mcp_celery", *args, "--port", str(port)], ops_env, folder / "server.log"
         )

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import ROOT
+from tests.support.harness import ROOT
 
 
 def loaded_after(code: str) -> set[str]:
@@ -29,7 +29,7 @@ def test_importing_the_package_loads_no_tier() -> None:
 
 
 def test_the_worker_tier_and_job_code_never_load_the_mcp_sdk() -> None:
-    for code in ("import mcp_celery.worker", "import tests.sample_jobs", "import jobs.demo"):
+    for code in ("import mcp_celery.worker", "import tests.support.sample_jobs", "import jobs.demo"):
         loaded = loaded_after(code)
         assert "mcp" not in loaded and not any(m.startswith("mcp.") for m in loaded), code
         assert "mcp_celery.server" not in loaded, code

@@ -9,7 +9,7 @@ import pytest
 
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.settings import Settings
-from tests.support import ROOT
+from tests.support.harness import ROOT
 
 
 def test_each_unreadable_setting_is_named_by_its_variable_with_what_it_must_be(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,7 +26,7 @@ def test_each_unreadable_setting_is_named_by_its_variable_with_what_it_must_be(m
 def test_serve_with_an_unreadable_setting_exits_2_with_one_line(env: dict[str, str]) -> None:
     bad = {**env, "MCP_CELERY_INLINE_S": "soon"}
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"],
+        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"],
         env=bad, cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 2, done

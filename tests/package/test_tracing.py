@@ -1,7 +1,7 @@
 """Traces from an MCP request into its Celery job, across a real server and a real prefork worker.
 
 Each process exports its spans through the OpenTelemetry SDK to a JSON-lines file of its own
-(`tests.ops_jobs`); the test joins them by trace id and walks the parent links from the job's
+(`tests.support.ops_jobs`); the test joins them by trace id and walks the parent links from the job's
 spans back to the client's. Two set-ups: our own propagation alone, and with
 opentelemetry-instrumentation-celery turned on in both processes.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mcp_celery.tracing import STATUS, TASK_ID, TOOL
-from tests.support import ROOT, HttpClient, start_http_server, start_worker, wait_for
+from tests.support.harness import ROOT, HttpClient, start_http_server, start_worker, wait_for
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the [otel] extra is not installed")
 
@@ -30,7 +30,7 @@ Spans = dict[str, dict[str, Any]]
 def traced(
     request: pytest.FixtureRequest, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, HttpClient, Path]]:
-    """A server and a prefork worker of `tests.ops_jobs`, both exporting spans to one folder."""
+    """A server and a prefork worker of `tests.support.ops_jobs`, both exporting spans to one folder."""
     mode = str(request.param)
     folder = tmp_path_factory.mktemp(f"spans-{mode}")
     ops_env = {
@@ -40,9 +40,9 @@ def traced(
         "TEST_OTEL_CELERY": "1" if mode == "celery-instrumented" else "0",
     }
     queue = f"ops-{mode}"
-    worker = start_worker(ops_env, folder / "worker.log", queues=queue, name=queue, app="tests.ops_jobs")
+    worker = start_worker(ops_env, folder / "worker.log", queues=queue, name=queue, app="tests.support.ops_jobs")
     try:
-        url, server = start_http_server(ops_env, folder / "server.log", app="tests.ops_jobs")
+        url, server = start_http_server(ops_env, folder / "server.log", app="tests.support.ops_jobs")
         client = HttpClient(url)
         try:
             yield mode, client, folder
@@ -103,7 +103,7 @@ def test_the_job_spans_are_children_of_the_mcp_request_span(traced: tuple[str, H
     names = [span["name"] for span in chain(spans, inner)]
     expected = ["inner work", "mcp_celery.job traced", "tools/call traced"]
     if mode == "celery-instrumented":  # Celery's own spans sit between the request's and the job's
-        expected[2:2] = ["run/tests.ops_jobs.traced", "apply_async/tests.ops_jobs.traced"]
+        expected[2:2] = ["run/tests.support.ops_jobs.traced", "apply_async/tests.support.ops_jobs.traced"]
     assert names == expected
     call = named(spans, "tools/call traced")
     job = named(spans, "mcp_celery.job traced")
@@ -135,7 +135,7 @@ def test_the_worker_tier_and_a_job_need_no_opentelemetry() -> None:
     nothing of OpenTelemetry is loaded. (redis-py 8 loads it on its own where it is installed; the MCP
     SDK, and so the server tier, depends on opentelemetry-api.)"""
     probe = HIDE_OPENTELEMETRY + (
-        "import mcp_celery.worker, mcp_celery.worker.execution, tests.ops_jobs, tests.sample_jobs\n"
+        "import mcp_celery.worker, mcp_celery.worker.execution, tests.support.ops_jobs, tests.support.sample_jobs\n"
         "from mcp_celery import tracing\n"
         "assert tracing.message_headers() == {} and not tracing.loaded()\n"
         "with tracing.job_span(object(), 'echo', 'task-1'):\n"

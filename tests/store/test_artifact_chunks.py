@@ -29,7 +29,7 @@ from mcp_celery.store.artifacts import ARTIFACT_FIELD_PREFIX, CHUNK, CHUNK_BYTES
 from mcp_celery.store.connect import async_client, redis_target, sync_client
 from mcp_celery.store.schema import Keys, Lifetimes
 from mcp_celery.store.sync import SyncStore
-from tests.support import wait_for
+from tests.support.harness import wait_for
 
 pytestmark = pytest.mark.store
 

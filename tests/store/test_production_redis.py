@@ -1,6 +1,6 @@
 """Production Redis: URLs of every topology, TLS with certificates made here, and one-line startup errors.
 
-The servers are real (TLS needs Redis 7 built with TLS: `tests.redis_topologies.redis7_binary`).
+The servers are real (TLS needs Redis 7 built with TLS: `tests.support.redis_topologies.redis7_binary`).
 A job runs end to end over a TLS store with a client certificate and the host name checked; a
 wrong CA, a wrong host name, a wrong password and a cluster older than Redis 7 each stop
 `mcp-celery serve` with one line that names the problem and never the password.
@@ -23,7 +23,17 @@ from mcp_celery.store.acl import acl_rule
 from mcp_celery.store.connect import redis_target
 from mcp_celery.store.probe import RedisUnreachable, probe
 from mcp_celery.store.schema import Keys
-from tests.redis_topologies import (
+from tests.support.harness import (
+    ROOT,
+    HttpClient,
+    Process,
+    caps,
+    free_port,
+    session_redis,
+    start_http_server,
+    start_worker,
+)
+from tests.support.redis_topologies import (
     MASTER_NAME,
     TlsFiles,
     host_ip_url,
@@ -32,7 +42,6 @@ from tests.redis_topologies import (
     start_sentinel_group,
     start_tls_redis,
 )
-from tests.support import ROOT, HttpClient, Process, caps, free_port, session_redis, start_http_server, start_worker
 
 PASSWORD = "tls-s3cret-pw"
 
@@ -99,7 +108,8 @@ def serve_fails(env: dict[str, str], url: str, tmp_path: Path) -> str:
     """Run `mcp-celery serve` against a store at `url`; it must exit 2 at once; returns what it printed."""
     own = {**env, "MCP_CELERY_REDIS_URL": url}
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--port", str(free_port())],
+        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"]
+        + ["--http", "--port", str(free_port())],
         env=own,
         cwd=ROOT,
         capture_output=True,
@@ -205,7 +215,7 @@ def test_min_replicas_with_a_cluster_store_is_refused_at_startup(env: dict[str, 
 def test_a_worker_with_a_store_it_cannot_use_stops_with_one_line(env: dict[str, str], tmp_path: Path) -> None:
     own = {**env, "MCP_CELERY_REDIS_URL": "sentinel://127.0.0.1:1"}  # no master name
     worker = Process(
-        [sys.executable, "-m", "celery", "-A", "tests.sample_jobs", "worker", "-P", "solo", "--without-gossip"],
+        [sys.executable, "-m", "celery", "-A", "tests.support.sample_jobs", "worker", "-P", "solo", "--without-gossip"],
         own,
         tmp_path / "worker.log",
     )

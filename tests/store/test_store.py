@@ -22,7 +22,7 @@ from mcp_celery.store.schema import FIELD, INPUT_FIELD_PREFIX, Durability, Keys,
 from mcp_celery.store.sync import AnswerWait, SyncStore
 from mcp_celery.testing.processes import start_redis, wait_for
 from mcp_celery.worker.heartbeat import ANNOUNCE_AFTER_S, Heartbeat, TakenBeat
-from tests.redis_topologies import start_plain
+from tests.support.redis_topologies import start_plain
 
 
 def test_waits_shorter_than_redis_can_time_never_block_for_ever(store_redis: redis.Redis) -> None:

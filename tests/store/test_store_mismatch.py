@@ -19,8 +19,8 @@ import redis
 
 from mcp_celery.core.binding import store_identity
 from mcp_celery.store.connect import redis_target
-from tests import sample_jobs
-from tests.support import HttpClient, Process, session_redis, start_worker
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, session_redis, start_worker
 
 #: The other worker's store: a database nothing else in the suite uses.
 OTHER_STORE = session_redis(3)

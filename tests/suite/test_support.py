@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mcp_celery.testing.processes import redis_answers, start_redis
-from tests.support import REQUIRE_ENV, ROOT, live_processes, require_service, tcp_unavailable, wait_for
+from tests.support.harness import REQUIRE_ENV, ROOT, live_processes, require_service, tcp_unavailable, wait_for
 
 
 def outcome(service: str, unavailable: str | None) -> tuple[str, str]:

@@ -30,8 +30,8 @@ GATED_QUEUE, NOWHERE_QUEUE = "gated", "nowhere"
 app = Celery("approval_jobs", broker=BROKER, backend=BACKEND)
 app.conf.task_default_queue = QUEUE
 app.conf.task_routes = {
-    "tests.approval_jobs.deploy_service": {"queue": GATED_QUEUE},
-    "tests.approval_jobs.archive_logs": {"queue": NOWHERE_QUEUE},
+    "tests.support.approval_jobs.deploy_service": {"queue": GATED_QUEUE},
+    "tests.support.approval_jobs.archive_logs": {"queue": NOWHERE_QUEUE},
     "*_alone": {"queue": ALONE},
 }
 mcp_celery.configure_app(app)
@@ -86,7 +86,7 @@ def runs_key(service: str, env: str) -> str:
     return f"policy-runs:{service}:{env}"
 
 
-@app.task(name="tests.approval_jobs.deploy_service")
+@app.task(name="tests.support.approval_jobs.deploy_service")
 def deploy_service(service: str, env: str, api_token: str = "") -> str:
     """Deploy a service: a plain Celery task that knows nothing of MCP or approvals."""
     redis.Redis.from_url(BACKEND).incr(runs_key(service, env))
@@ -108,7 +108,7 @@ def restart_service(service: str) -> str:
     return f"restarted {service}"
 
 
-@app.task(name="tests.approval_jobs.archive_logs")
+@app.task(name="tests.support.approval_jobs.archive_logs")
 def archive_logs(day: str) -> str:
     """Archive a day's logs (no policy; its queue has no worker, for the reaper test)."""
     return day

@@ -13,6 +13,7 @@ import shutil
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet
 
 from mcp_celery.server.edge.tokens import new_token
 from mcp_celery.testing.approvals import PageClient
-from mcp_celery.testing.processes import free_port, start_redis
-from tests import approval_jobs
-from tests.support import HttpClient, Process, http_answers, require_service, start_worker
+from mcp_celery.testing.processes import free_port, start_redis, wait_for
+from tests.support import approval_jobs
+from tests.support.harness import HttpClient, Process, http_answers, require_service, start_worker
 
 __all__ = [
     "APP",
@@ -45,7 +47,7 @@ __all__ = [
     "waiting",
 ]
 
-APP = "tests.approval_jobs"
+APP = "tests.support.approval_jobs"
 #: The client capabilities of a client that shows its user an approval's link (URL-mode elicitation).
 URL_ELICITATION = {"elicitation": {"url": {}}}
 PEOPLE = ("alice", "bob", "carol")
@@ -257,3 +259,35 @@ def browser_fixture() -> Iterator[Any]:
 def waiting(client: HttpClient, task_id: str) -> dict[str, Any]:
     """The task once it asks (`input_required`)."""
     return client.wait(task_id, {"input_required"}, timeout=60)
+
+
+class EventWatcher:
+    """Celery events of the approval app, received as Flower receives them (a receiver on the broker)."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.app = Celery("approval-events", broker=broker_url)
+        self.seen: list[dict[str, Any]] = []
+        self._connection = self.app.connection_for_read()
+        self._receiver = self.app.events.Receiver(self._connection, handlers={"*": self.seen.append})
+        self._thread = threading.Thread(target=self._receiver.capture, kwargs={"wakeup": False}, daemon=True)
+
+    def __enter__(self) -> EventWatcher:
+        self._thread.start()
+        # Events sent before the receiver's queue is bound are lost: send probes until one comes back.
+        probe = f"probe-{uuid.uuid4()}"
+
+        def probed() -> bool:
+            with self.app.events.default_dispatcher() as dispatcher:
+                dispatcher.send("test-probe", probe=probe)
+            return any(e.get("probe") == probe for e in self.seen)
+
+        wait_for(probed, 30, 0.2, "the event receiver to receive its own probe")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._receiver.should_stop = True
+        self._thread.join(timeout=10)
+        self._connection.release()
+
+    def of(self, event_type: str) -> list[dict[str, Any]]:
+        return [e for e in self.seen if e["type"] == event_type]

@@ -1,13 +1,13 @@
 """Servers for the client tests besides mcp-celery's own.
 
-`listen_url`: tests/listen_server.py over Streamable HTTP behind the bearer token `TOKEN`; it pushes
+`listen_url`: tests/support/listen_server.py over Streamable HTTP behind the bearer token `TOKEN`; it pushes
 `notifications/tasks` over `subscriptions/listen`.
 
-`fastmcp_url`: tests/fastmcp_server.py (FastMCP 4.1.4 + fastmcp-tasks 4.1.4) in bench/.venv-fastmcp.
+`fastmcp_url`: tests/support/fastmcp_server.py (FastMCP 4.1.4 + fastmcp-tasks 4.1.4) in bench/.venv-fastmcp.
 
 The virtualenv is created when missing (about 30 s from a warm package cache; its packages exclude this
 project's redis-py, so it cannot share our environment), by one session while any other waits, or ahead
-by `python -m tests.client_fixtures` (as CI does). The tests skip, saying why, only when creating
+by `python -m tests.support.client_fixtures` (as CI does). The tests skip, saying why, only when creating
 it fails, and fail instead where MCP_CELERY_TEST_REQUIRE names `fastmcp` (as CI does). Docket keeps its
 state in database 14 of the test Redis.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ROOT, Process, free_port, require_service, wait_for
+from tests.support.harness import ROOT, Process, free_port, require_service, wait_for
 
 VENV = ROOT / "bench" / ".venv-fastmcp"
 PYTHON = VENV / "bin" / "python"
@@ -65,7 +65,7 @@ def fastmcp_url(logs: Path) -> Iterator[str]:
     require_service("fastmcp", _ensure_venv())
     port = free_port()
     redis_url = os.environ["TEST_RESULT_BACKEND"].rsplit("/", 1)[0] + "/14"  # conftest uses 12 and 13
-    server = Process([str(PYTHON), str(ROOT / "tests" / "fastmcp_server.py"), str(port), redis_url],
+    server = Process([str(PYTHON), str(ROOT / "tests" / "support" / "fastmcp_server.py"), str(port), redis_url],
                      os.environ, logs / "fastmcp-server.log")  # fmt: skip
     url = f"http://127.0.0.1:{port}/mcp"
 
@@ -77,7 +77,7 @@ def fastmcp_url(logs: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def listen_url(logs: Path) -> Iterator[str]:
     port = free_port()
-    args = [sys.executable, str(ROOT / "tests" / "listen_server.py"), str(port), TOKEN]
+    args = [sys.executable, str(ROOT / "tests" / "support" / "listen_server.py"), str(port), TOKEN]
     server = Process(args, {**os.environ, "PYTHONPATH": str(ROOT)}, logs / LISTEN_SERVER_LOG)
     url = f"http://127.0.0.1:{port}/mcp"
     wait_for(lambda: _answers(url, server), 60, 0.1, "the listen server to answer")
@@ -93,5 +93,5 @@ def _answers(url: str, server: Process) -> bool:
         return False
 
 
-if __name__ == "__main__":  # `python -m tests.client_fixtures`: make the FastMCP virtualenv ahead (.ci/run)
+if __name__ == "__main__":  # `python -m tests.support.client_fixtures`: make the FastMCP virtualenv ahead (.ci/run)
     sys.exit(_ensure_venv())

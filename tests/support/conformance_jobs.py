@@ -1,7 +1,7 @@
 """Fixture jobs for the official MCP Tasks (SEP-2663) conformance harness and the TS tasks client.
 
 The harness (@modelcontextprotocol/conformance@0.2.0-alpha.12) calls exactly these seven tools by
-name and asserts their behaviour (see tests/conformance/run_suite.sh and run_ts_client.sh):
+name and asserts their behaviour (see tests/support/conformance/run_suite.sh and run_ts_client.sh):
 
 =====================  ==========  ===========================================================
 tool                   task mode   behaviour
@@ -17,8 +17,8 @@ test_tool_with_task    required    MRTR question on ``tools/call`` first, then a
 
 Written only against the public ``mcp_celery`` API. Run with::
 
-    celery -A tests.conformance_jobs worker -P prefork -c 4 --without-gossip --without-mingle -l WARNING
-    mcp-celery serve -A tests.conformance_jobs --http --host 127.0.0.1 --port 8765
+    celery -A tests.support.conformance_jobs worker -P prefork -c 4 --without-gossip --without-mingle -l WARNING
+    mcp-celery serve -A tests.support.conformance_jobs --http --host 127.0.0.1 --port 8765
 """
 
 from __future__ import annotations

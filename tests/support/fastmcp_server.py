@@ -3,7 +3,7 @@
 Runs in bench/.venv-fastmcp (its packages exclude this project's redis-py); Docket lives in this process
 on the given Redis. Streamable HTTP, stateless, JSON responses, like bench/fastmcp_server.py.
 
-Run: bench/.venv-fastmcp/bin/python tests/fastmcp_server.py PORT REDIS_URL
+Run: bench/.venv-fastmcp/bin/python tests/support/fastmcp_server.py PORT REDIS_URL
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Processes, waits and the raw clients come from the package (`mcp_celery.testing.processes`,
 `mcp_celery.testing.jsonrpc`), shared with the demo and the benchmark; this module only knows the
-suite's own jobs (`tests.sample_jobs`).
+suite's own jobs (`tests.support.sample_jobs`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ __all__ = [
     "wait_for",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXT = TASKS_EXTENSION
 TERMINAL = set(TERMINAL_STATUSES)
 caps = client_capabilities
@@ -72,7 +72,7 @@ def start_worker(
     *,
     queues: str = "celery",
     name: str = "main",
-    app: str = "tests.sample_jobs",
+    app: str = "tests.support.sample_jobs",
     concurrency: int = 4,
 ) -> Process:
     args = [
@@ -103,7 +103,7 @@ def start_jobs_worker(env: Mapping[str, str], log: Path, name: str) -> Process:
 
 
 def start_http_server(
-    env: Mapping[str, str], log: Path, *extra: str, app: str = "tests.sample_jobs"
+    env: Mapping[str, str], log: Path, *extra: str, app: str = "tests.support.sample_jobs"
 ) -> tuple[str, Process]:
     """`mcp-celery serve --http` for `app` (the sample jobs) on a free port, once it answers; returns (url, process).
 
@@ -184,10 +184,11 @@ class HttpClient(RawHttpClient):
 
 
 class StdioClient(RawStdioClient):
-    """Raw JSON-RPC over a `mcp-celery serve -A tests.sample_jobs` subprocess's stdin/stdout."""
+    """Raw JSON-RPC over a `mcp-celery serve -A tests.support.sample_jobs` subprocess's stdin/stdout."""
 
     def __init__(self, env: Mapping[str, str], log: Path) -> None:
-        super().__init__([sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"], env, log, cwd=ROOT)
+        args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"]
+        super().__init__(args, env, log, cwd=ROOT)
 
 
 class PersistentRedis:

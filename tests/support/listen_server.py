@@ -7,7 +7,7 @@ Its task ids start with `-h`, as one in 64 of ids made by `secrets.token_urlsafe
 with `-`: a client must take them as ids, never as options.
 
 In-process: `Client(ListenServer().server)`. Over Streamable HTTP, behind a static bearer token:
-`python tests/listen_server.py PORT TOKEN`; it prints a `REFUSED` line for every other token it is
+`python tests/support/listen_server.py PORT TOKEN`; it prints a `REFUSED` line for every other token it is
 sent, so a test can tell an auth refusal from any other error (the SDK client reports both alike).
 """
 

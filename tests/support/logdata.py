@@ -1,4 +1,4 @@
-"""Generated logs and process checks for the log_search tests (tests/test_logs_job.py)."""
+"""Generated logs and process checks for the log_search tests (tests/jobs/test_logs_job.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.support import live_processes
+from tests.support.harness import live_processes
 
 LEVELS = ["DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR"]
 MESSAGES = [

@@ -1,10 +1,11 @@
 """A client on the mcp 1.x SDK (initialize-era sessions) against mcp-celery, without the tasks extension.
 
-Runs in its own virtualenv (tests/.venv-mcp1, made by tests/test_plain_clients.py): mcp 1.x cannot share
-this project's environment. Imports nothing of this project. Prints one JSON object with what it saw.
+Runs in its own virtualenv (tests/support/.venv-mcp1, made by tests/server/plain/test_plain_clients.py): mcp 1.x
+cannot share this project's environment. Imports nothing of this project. Prints one JSON object with what it saw.
 
-    python tests/mcp1_client.py stdio PYTHON ROOT     (runs `PYTHON -m mcp_celery serve -A tests.sample_jobs`)
-    python tests/mcp1_client.py http URL
+    python tests/support/mcp1_client.py stdio PYTHON ROOT
+        (runs `PYTHON -m mcp_celery serve -A tests.support.sample_jobs`)
+    python tests/support/mcp1_client.py http URL
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ async def main() -> None:
         python, root = sys.argv[2], sys.argv[3]
         server = StdioServerParameters(
             command=python,
-            args=["-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"],
+            args=["-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"],
             cwd=root,
             env=dict(os.environ),
         )

@@ -1,4 +1,4 @@
-"""The OpenID Connect tests' deployment: the approval tests' one (`tests/approval_support.py`) signing
+"""The OpenID Connect tests' deployment: the approval tests' one (`tests/support/approval_support.py`) signing
 people in at a real provider on loopback (`mcp_celery.testing.oidc_provider`, PKCE enforced), reached as
 `localhost` while the page is `127.0.0.1`: another site, as a company's provider is."""
 
@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from mcp_celery.testing.oidc_provider import start_provider
-from tests.approval_support import Deployment, deployed
-from tests.support import Process, require_service
+from tests.support.approval_support import Deployment, deployed
+from tests.support.harness import Process, require_service
 
 CLIENT_ID = "mcp-celery-approvals"
 PROVIDER_NAME = "Test IdP"

@@ -61,7 +61,7 @@ def traced(label: str) -> str:
     """Does its work in a span of its own, a child of the job's."""
     from opentelemetry import trace
 
-    with trace.get_tracer("tests.ops_jobs").start_as_current_span("inner work") as span:
+    with trace.get_tracer("tests.support.ops_jobs").start_as_current_span("inner work") as span:
         span.set_attribute("label", label)
     return f"done {label}"
 

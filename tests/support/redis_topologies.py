@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from mcp_celery.testing.processes import Process, free_port, redis_answers, redis_server_binary, wait_for
-from tests.support import require_service
+from tests.support.harness import require_service
 
 __all__ = [
     "Cluster",

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from mcp_celery.testing.processes import Process, free_port
-from tests.support import require_service
+from tests.support.harness import require_service
 
 __all__ = ["ARTIFACTS_ENV", "S3_VARIANT", "S3Server", "start_s3"]
 

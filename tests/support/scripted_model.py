@@ -2,7 +2,7 @@
 
 Deterministic, so a test knows every turn: while the conversation holds no tool result it asks to
 read `pkg/util.py`; then it submits a review with one finding on the line of that file's broad
-except, found in the tool result it was given. Run as `python tests/scripted_model.py`.
+except, found in the tool result it was given. Run as `python tests/support/scripted_model.py`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the repository's code knows, for the checks of `tests/snippets.py`: its settings, the variables
+"""What the repository's code knows, for the checks of `tests/support/snippets.py`: its settings, the variables
 and strings it reads and writes, its modules, extras and paths.
 """
 
@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 from mcp_celery.settings import Settings
-from tests.support import ROOT
+from tests.support.harness import ROOT
 
 __all__ = [
     "code_strings",
@@ -29,7 +29,14 @@ __all__ = [
 ]
 
 #: Files whose text is not evidence that the code reads a variable (the docs, and these checks).
-NOT_CODE = ("docs/", "tests/snippets.py", "tests/snippet_code.py", "tests/test_docs.py", "README.md", "bench/results")
+NOT_CODE = (
+    "docs/",
+    "tests/support/snippets.py",
+    "tests/support/snippet_code.py",
+    "tests/docs/test_docs.py",
+    "README.md",
+    "bench/results",
+)
 TOP_LEVEL_FILES = {"docker-compose.yml", "Dockerfile", "pyproject.toml", "mkdocs.yml", "README.md"}
 REPO_DIRS = ("mcp_celery/", "jobs/", "tests/", "bench/", "docs/", ".ci/")
 #: Modules `python -m` may name besides the repository's own.

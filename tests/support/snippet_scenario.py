@@ -1,4 +1,4 @@
-"""Running a page's `file=` and `run` blocks, as `tests/test_docs.py` does (the modes: `tests/snippets.py`).
+"""Running a page's `file=` and `run` blocks, as `tests/docs/test_docs.py` does (the modes: tests/support/snippets.py).
 
 A page's scenario: its `file=` blocks are written to a fresh directory (with the README's, such as
 `proj.py`, that the page does not write itself: other pages name them too), then its `run` blocks
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from mcp_celery.testing.jsonrpc import RawStdioClient
 from mcp_celery.testing.processes import Process
-from tests.snippets import Block, SnippetError, blocks, command_lines, option, split_commands
-from tests.support import ROOT, free_port, http_answers
+from tests.support.harness import ROOT, free_port, http_answers
+from tests.support.snippets import Block, SnippetError, blocks, command_lines, option, split_commands
 
 __all__ = ["Scenario", "console_steps", "exit_status", "unmatched"]
 

@@ -1,4 +1,4 @@
-"""The code blocks of the README and the docs, and how each one is checked (`tests/test_docs.py` runs them).
+"""The code blocks of the README and the docs, and how each one is checked (`tests/docs/test_docs.py` runs them).
 
 A fenced block's info string says how it is checked; a Python, shell, console or JSON block without
 one of these fails the suite, so no snippet goes unchecked:
@@ -33,8 +33,8 @@ field or be read somewhere in the code, each `mcp-celery ...` in backticks must 
 repository path in backticks must exist, and each message it quotes ("the worker ...", five words
 or more) must be a whole string the code writes.
 
-How a page's `file=` and `run` blocks run: `tests/snippet_scenario.py`; what the code is known to hold (its
-settings, the variables it reads, the strings it writes, modules, extras, paths): `tests/snippet_code.py`.
+How a page's `file=` and `run` blocks run: `tests/support/snippet_scenario.py`; what the code is known to hold (its
+settings, the variables it reads, the strings it writes, modules, extras, paths): `tests/support/snippet_code.py`.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ from pathlib import Path
 from mcp_celery.cli import command as cli
 from mcp_celery.errors import ConfigurationError
 from mcp_celery.server.engine.policy import parse_policy
-from tests.snippet_code import extras, message_in_code, module_exists, path_exists, repo_path, variable_known
-from tests.support import ROOT
+from tests.support.harness import ROOT
+from tests.support.snippet_code import extras, message_in_code, module_exists, path_exists, repo_path, variable_known
 
 __all__ = [
     "Block",

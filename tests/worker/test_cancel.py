@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests import sample_jobs
-from tests.support import HttpClient, Process, start_worker, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, start_worker, wait_for
 
 
 def marker() -> str:

@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from mcp_celery.store.schema import FIELD, Keys
-from tests import sample_jobs
-from tests.support import HttpClient, Process, start_worker, wait_for
-from tests.test_push import listen, notifications_until_end
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, start_worker, wait_for
+from tests.support.push import listen, notifications_until_end
 
 #: Slots of the backlog queue's worker: both held by blockers while the backlog is cancelled.
 SLOTS = 2

@@ -1,6 +1,6 @@
 """`configure_app` as a worker runs it: called after the `@tool` decorators, in an app that used pickle.
 
-A real prefork worker and HTTP server for `tests.late_config_jobs` (its own queue on the suite's broker).
+A real prefork worker and HTTP server for `tests.support.late_config_jobs` (its own queue on the suite's broker).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import HttpClient, Process, start_http_server, start_worker
+from tests.support.harness import HttpClient, Process, start_http_server, start_worker
 
-APP = "tests.late_config_jobs"
+APP = "tests.support.late_config_jobs"
 
 
 @pytest.fixture(scope="module")
@@ -46,5 +46,5 @@ def test_the_worker_names_the_pickle_settings_configure_app_replaced(late_worker
     warning = next((line for line in log.splitlines() if "configure_app made this app JSON-only" in line), "")
     assert "accept_content was ['json', 'pickle']" in warning and "task_serializer was 'pickle'" in warning, log
     refused = next((line for line in log.splitlines() if "serialize their messages in a way" in line), "")
-    assert "tests.late_config_jobs.legacy_pickled (pickle)" in refused and "accept_content" in refused, log
+    assert "tests.support.late_config_jobs.legacy_pickled (pickle)" in refused and "accept_content" in refused, log
     assert "until_told_to_stop" not in refused  # the tool follows configure_app: JSON

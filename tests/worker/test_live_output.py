@@ -1,6 +1,6 @@
 """Live output (`ctx.output`): what is kept, `resources/read`, the owner check, subscriptions, plain hosts, the CLI.
 
-The store's part runs on the session's Redis; the rest runs `tests.sample_jobs.narrate` on the
+The store's part runs on the session's Redis; the rest runs `tests.support.sample_jobs.narrate` on the
 session's prefork worker behind two `mcp-celery serve --http` replicas of this module, both with the
 same bearer tokens: tasks are created on the first and watched through the second, so every
 `notifications/resources/updated` the second sends came through Redis from the worker.
@@ -32,8 +32,8 @@ from mcp_celery.store.schema import Keys, Lifetimes
 from mcp_celery.store.sync import SyncStore
 from mcp_celery.testing.jsonrpc import SseStream
 from mcp_celery.testing.processes import wait_for
-from tests import sample_jobs
-from tests.support import ROOT, HttpClient, PersistentRedis, Process, start_http_server, start_worker
+from tests.support import sample_jobs
+from tests.support.harness import ROOT, HttpClient, PersistentRedis, Process, start_http_server, start_worker
 
 KEEP = 1024 * 1024  # MCP_CELERY_OUTPUT_KEEP_BYTES's default, which the replicas and the worker keep
 

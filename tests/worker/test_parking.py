@@ -5,7 +5,7 @@ one worker process runs a job with no question; the answers run them again from 
 worker (one started after the first was SIGTERMed and a second SIGKILLed while it ran a job, half the
 answers given while no worker ran), each with its own answer, and the step each wraps in `ctx.once` ran once.
 
-The store is the pass's (`tests.parking_jobs`): tests whose outcome depends on its scripts are marked
+The store is the pass's (`tests.support.parking_jobs`): tests whose outcome depends on its scripts are marked
 `store`, and run again as the ACL user and on a Redis Cluster.
 """
 
@@ -34,16 +34,16 @@ from mcp_celery.store.aio import AsyncStore
 from mcp_celery.store.connect import async_client, redis_target
 from mcp_celery.store.schema import FIELD, Lifetimes
 from mcp_celery.testing.processes import wait_for
-from tests import parking_jobs
 from tests.conftest import PATIENT_GRACE_S, empty_broker
-from tests.support import ROOT, HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
+from tests.support import parking_jobs
+from tests.support.harness import ROOT, HttpClient, PersistentRedis, Process, caps, start_http_server, start_worker
 
 ELICIT = caps(elicitation={})
 #: Tests that look into a Redis broker (its unacked hash; the reaper's look for a message in a queue).
 REDIS_BROKER_ONLY = pytest.mark.skipif(
     parking_jobs.BROKER.startswith("amqp"), reason="looks into a Redis broker's queues (the RabbitMQ pass has none)"
 )
-APP = "tests.parking_jobs"
+APP = "tests.support.parking_jobs"
 
 
 def counted(marker: str, step: str) -> int:

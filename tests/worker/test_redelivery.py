@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from mcp_celery.server.engine.reaper import LOST_BEFORE_START
-from tests import sample_jobs
-from tests.support import HttpClient, Process, caps, start_http_server, start_worker, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, caps, start_http_server, start_worker, wait_for
 
 LOST_TIMEOUT_S = 6.0
 QUEUE_CHECK_S = 3.0

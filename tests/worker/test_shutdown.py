@@ -15,9 +15,9 @@ from typing import Any, cast
 
 import redis
 
-from tests import sample_jobs
-from tests.support import HttpClient, Process, start_worker, wait_for
-from tests.test_push import listen, notifications_until_end
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, start_worker, wait_for
+from tests.support.push import listen, notifications_until_end
 
 GRACE_S = 4.0
 

@@ -20,7 +20,7 @@ import redis
 
 from mcp_celery.server.engine.reaper import LOST_BEFORE_START
 from mcp_celery.store.schema import FIELD, Keys
-from tests.support import HttpClient, Process, start_worker, wait_for
+from tests.support.harness import HttpClient, Process, start_worker, wait_for
 
 LOST_TIMEOUT_S = 6.0
 QUEUE_CHECK_S = 3.0  # MCP_CELERY_QUEUE_CHECK_S of the session (tests/conftest.py)

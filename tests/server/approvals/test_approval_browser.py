@@ -18,13 +18,13 @@ import pytest
 
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import (  # noqa: F401 - fixtures
+from tests.support.approval_support import (  # noqa: F401 - fixtures
     Deployment,
     approval_worker_fixture,
     browser_fixture,
     deployment_fixture,
 )
-from tests.support import ROOT, HttpClient, Process
+from tests.support.harness import ROOT, HttpClient, Process
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-page.png"
 POLICY_SCREENSHOT = ROOT / "docs" / "images" / "approval-policy.png"

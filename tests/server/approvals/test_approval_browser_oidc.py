@@ -17,15 +17,15 @@ import pytest
 
 from mcp_celery.testing.approvals import approval_path
 from mcp_celery.testing.processes import wait_for
-from tests.approval_support import Deployment, browser_fixture  # noqa: F401 - the fixture
-from tests.oidc_support import (  # noqa: F401 - the fixtures
+from tests.support.approval_support import Deployment, browser_fixture  # noqa: F401 - the fixture
+from tests.support.harness import ROOT, HttpClient, Process
+from tests.support.oidc_support import (  # noqa: F401 - the fixtures
     PROVIDER_NAME,
     Provider,
     oidc_deployment_fixture,
     oidc_worker_fixture,
     provider_fixture,
 )
-from tests.support import ROOT, HttpClient, Process
 
 SCREENSHOT = ROOT / "docs" / "images" / "approval-sign-in.png"
 

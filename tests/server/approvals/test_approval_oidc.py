@@ -3,7 +3,7 @@
 The provider (`mcp_celery.testing.oidc_provider`: PyPI's oidc-provider-mock behind a PKCE check) is
 `localhost`, the page `127.0.0.1`; a real `mcp-celery serve --http`, a real prefork worker and a
 private Redis. The page is driven as a browser without JavaScript drives it (cookies and redirects by
-hand, `PageClient`); `tests/test_approval_browser_oidc.py` does it in Chromium.
+hand, `PageClient`); `tests/server/approvals/test_approval_browser_oidc.py` does it in Chromium.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from mcp_celery.settings import Settings
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.oidc_provider import SHORT_LIVED_S
 from mcp_celery.testing.processes import free_port, wait_for
-from tests.approval_support import Deployment, deployed
-from tests.oidc_support import (  # noqa: F401 - the fixtures
+from tests.support.approval_support import Deployment, deployed
+from tests.support.harness import ROOT, Process
+from tests.support.oidc_support import (  # noqa: F401 - the fixtures
     CLIENT_ID,
     PROVIDER_NAME,
     Provider,
@@ -37,7 +38,6 @@ from tests.oidc_support import (  # noqa: F401 - the fixtures
     oidc_worker_fixture,
     provider_fixture,
 )
-from tests.support import ROOT, Process
 
 
 @pytest.fixture

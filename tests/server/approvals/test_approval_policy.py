@@ -32,17 +32,17 @@ from mcp_celery.server.engine.policy import parse_policy
 from mcp_celery.store.schema import Keys
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
-from tests import approval_jobs
-from tests.approval_support import (  # noqa: F401 - the fixtures
+from tests.support import approval_jobs
+from tests.support.approval_support import (  # noqa: F401 - the fixtures
     APP,
     POLICY,
     Deployment,
+    EventWatcher,
     alice_fixture,
     approval_worker_fixture,
     deployment_fixture,
 )
-from tests.support import ROOT, HttpClient, Process, caps
-from tests.test_approvals import EventWatcher
+from tests.support.harness import ROOT, HttpClient, Process, caps
 
 URL_ELICITATION = {"elicitation": {"url": {}}}
 TOOLS = {"deploy_service": ["service", "env", "api_token"], "restart_service": ["service"]}

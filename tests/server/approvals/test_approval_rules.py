@@ -1,7 +1,8 @@
 """The approval rules and edge helpers as pure functions: who may decide, the approvers list, what the
 page shows of the arguments, CSRF tokens, the Host check, revoking tokens, who may read /metrics.
 
-No services: the end-to-end behaviour is in `tests/test_approval_security.py` and `tests/test_approvals.py`.
+No services: the end-to-end behaviour is in `tests/server/approvals/test_approval_security.py` and
+`tests/server/approvals/test_approvals.py`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 their credential, and the HTTP edge in front of the page (body limits, the sign-in limit behind a
 proxy, Host and Origin, malformed cookies and tokens, /metrics).
 
-Real Redis, a real prefork worker and a real `mcp-celery serve --http` (`tests.approval_support`), whose
+Real Redis, a real prefork worker and a real `mcp-celery serve --http` (`tests.support.approval_support`), whose
 X-Forwarded-For from loopback is believed (MCP_CELERY_TRUSTED_PROXIES), so that each test that spends
 failed sign-ins does it as a client of its own.
 """
@@ -23,7 +23,7 @@ import pytest
 from mcp_celery.server.edge.tokens import new_token
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
-from tests.approval_support import (  # noqa: F401 - the fixtures
+from tests.support.approval_support import (  # noqa: F401 - the fixtures
     URL_ELICITATION,
     Deployment,
     alice_fixture,
@@ -33,7 +33,7 @@ from tests.approval_support import (  # noqa: F401 - the fixtures
     signed_in,
     waiting,
 )
-from tests.support import ROOT, HttpClient, Process
+from tests.support.harness import ROOT, HttpClient, Process
 
 #: The server's default MCP_CELERY_APPROVAL_SIGN_IN_LIMIT.
 LIMIT = 10

@@ -4,7 +4,8 @@ webhook (also down or slow), and fifty approvals parked on a worker of one proce
 
 Real Redis (a private one for Celery; the session's store in a store pass), a real prefork worker and
 a real `mcp-celery serve --http`; the page is driven as a browser without JavaScript drives it
-(`tests/test_approval_browser.py` uses Chromium, `tests/test_approval_security.py` the security review).
+(`tests/server/approvals/test_approval_browser.py` uses Chromium, `tests/server/approvals/test_approval_security.py`
+the security review).
 """
 
 from __future__ import annotations
@@ -12,22 +13,21 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from celery import Celery
 
 from mcp_celery.logs import principal_digest
 from mcp_celery.protocol import TASK_HANDLE_META
 from mcp_celery.testing.approvals import PageClient, approval_path, csrf_of
 from mcp_celery.testing.processes import free_port, wait_for
-from tests import approval_jobs
-from tests.approval_support import (  # noqa: F401 - the fixtures
+from tests.support import approval_jobs
+from tests.support.approval_support import (  # noqa: F401 - the fixtures
     URL_ELICITATION,
     Deployment,
+    EventWatcher,
     alice_fixture,
     approval_worker_fixture,
     bob_page_fixture,
@@ -35,7 +35,7 @@ from tests.approval_support import (  # noqa: F401 - the fixtures
     signed_in,
     waiting,
 )
-from tests.support import HttpClient, Process
+from tests.support.harness import HttpClient, Process
 
 
 def ended(client: HttpClient, task_id: str) -> dict[str, Any]:
@@ -61,38 +61,6 @@ def test_a_client_with_url_elicitation_gets_the_url_request_and_its_answer_decid
     done = ended(alice, task_id)
     assert done["status"] == "completed", done
     assert done["result"]["content"][0]["text"] == "approved by bob: looks right", done
-
-
-class EventWatcher:
-    """Celery events of the approval app, received as Flower receives them (a receiver on the broker)."""
-
-    def __init__(self, broker_url: str) -> None:
-        self.app = Celery("approval-events", broker=broker_url)
-        self.seen: list[dict[str, Any]] = []
-        self._connection = self.app.connection_for_read()
-        self._receiver = self.app.events.Receiver(self._connection, handlers={"*": self.seen.append})
-        self._thread = threading.Thread(target=self._receiver.capture, kwargs={"wakeup": False}, daemon=True)
-
-    def __enter__(self) -> EventWatcher:
-        self._thread.start()
-        # Events sent before the receiver's queue is bound are lost: send probes until one comes back.
-        probe = f"probe-{uuid.uuid4()}"
-
-        def probed() -> bool:
-            with self.app.events.default_dispatcher() as dispatcher:
-                dispatcher.send("test-probe", probe=probe)
-            return any(e.get("probe") == probe for e in self.seen)
-
-        wait_for(probed, 30, 0.2, "the event receiver to receive its own probe")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._receiver.should_stop = True
-        self._thread.join(timeout=10)
-        self._connection.release()
-
-    def of(self, event_type: str) -> list[dict[str, Any]]:
-        return [e for e in self.seen if e["type"] == event_type]
 
 
 def test_the_decision_is_a_celery_event_for_flower_with_the_deciders_hashed_name(
@@ -228,7 +196,7 @@ def test_fifty_pending_approvals_hold_no_worker_and_a_job_without_one_completes(
             assert bob_page.decide(approval_path(task), "approve").status_code == 303, task_id
         for task_id in ids:
             assert ended(alice, task_id)["result"]["content"][0]["text"] == "approved by bob"
-        assert single.output().count("Task tests.approval_jobs.hold_alone[") >= 100  # asked, then resumed: here
+        assert single.output().count("Task tests.support.approval_jobs.hold_alone[") >= 100  # asked, then resumed: here
         assert "_alone[" not in approval_worker.output()  # and never on the module's worker of two processes
     finally:
         single.stop()

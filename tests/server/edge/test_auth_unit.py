@@ -24,7 +24,7 @@ from mcp_celery.errors import ConfigurationError
 from mcp_celery.redact import redact
 from mcp_celery.server.edge import auth, hosts, limits, tokens
 from mcp_celery.settings import Settings
-from tests.support import ROOT
+from tests.support.harness import ROOT
 
 ISSUER, AUDIENCE = "https://idp.test", "https://jobs.test/mcp"
 

@@ -25,8 +25,8 @@ from kombu import Queue
 
 from mcp_celery.server.edge import tokens
 from mcp_celery.store.schema import Keys
-from tests import sample_jobs
-from tests.support import (
+from tests.support import sample_jobs
+from tests.support.harness import (
     ROOT,
     HttpClient,
     Process,
@@ -397,7 +397,8 @@ def test_host_and_origin_checks_accept_loopback_and_the_configured_name_only(aut
 
 
 def test_serving_other_machines_without_authentication_is_refused_in_one_line(env: dict[str, str]) -> None:
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--host", "0.0.0.0"]
+    app = "tests.support.sample_jobs"
+    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", app, "--http", "--host", "0.0.0.0"]
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -408,7 +409,7 @@ def test_jwt_settings_without_an_issuer_stop_serve_in_one_line_before_any_worker
     env: dict[str, str], secrets_: Secrets
 ) -> None:
     jwt_env = {**env, "MCP_CELERY_JWT_JWKS": str(secrets_.jwks)}
-    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs", "--http", "--workers", "2"]
+    args = [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs", "--http", "--workers", "2"]
     port = str(free_port())
     done = subprocess.run([*args, "--port", port], cwd=ROOT, env=jwt_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from celery import Celery
 
 from mcp_celery.server.engine.broker import DELIVERED, NOWHERE, QUEUED, STALE, RedisBroker
-from tests.support import session_redis
+from tests.support.harness import session_redis
 
 QUEUE = "probe"
 

@@ -2,8 +2,8 @@
 
 A server of this module's own (static tokens for two principals, INFO logs as JSON, metrics on) over
 the suite's prefork worker and Redis. The tests of the claims themselves, which are store keys, are
-marked `store`: CI's ACL and Cluster passes run them too. The jobs (`tests.sample_jobs.count_run*`) count each run in a
-marker, the side effect a repeated call must not repeat; with `hold` they run until the test sets
+marked `store`: CI's ACL and Cluster passes run them too. The jobs (`tests.support.sample_jobs.count_run*`)
+count each run in a marker, the side effect a repeated call must not repeat; with `hold` they run until the test sets
 that marker, so that a second call surely comes while the first call's task is unfinished.
 """
 
@@ -29,7 +29,7 @@ from mcp_celery.logs import key_digest
 from mcp_celery.protocol import client_capabilities
 from mcp_celery.server.edge import tokens
 from mcp_celery.store.schema import Keys
-from tests.support import HttpClient, Process, free_port, http_answers, wait_for
+from tests.support.harness import HttpClient, Process, free_port, http_answers, wait_for
 
 METRICS_TOKEN = "idempotency-scrape-5d1e"
 #: Each principal's live tasks on the `quota_url` server.
@@ -46,7 +46,7 @@ def start_server(env: dict[str, str], log: Path) -> tuple[str, Process]:
     """`mcp-celery serve --http` of the sample jobs with INFO logs as JSON lines, once it answers."""
     port = free_port()
     args = [sys.executable, "-m", "mcp_celery", "--log-level", "INFO", "--log-format", "json", "serve"]
-    process = Process([*args, "-A", "tests.sample_jobs", "--http", "--port", str(port)], env, log)
+    process = Process([*args, "-A", "tests.support.sample_jobs", "--http", "--port", str(port)], env, log)
     url = f"http://127.0.0.1:{port}/mcp"
     process.wait_ready(lambda: http_answers(url), 60, "the server to answer")
     return url, process

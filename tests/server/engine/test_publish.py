@@ -28,7 +28,7 @@ import mcp_celery
 from mcp_celery.server.engine.publish import Publisher
 from mcp_celery.store.connect import redis_target
 from mcp_celery.store.schema import Keys
-from tests.support import (
+from tests.support.harness import (
     HttpClient,
     Process,
     require_service,

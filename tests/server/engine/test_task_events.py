@@ -18,8 +18,8 @@ import pytest
 from mcp_celery.server.engine.events import TaskEvents
 from mcp_celery.store.connect import AsyncRedis, async_client, redis_target
 from mcp_celery.store.schema import Keys
-from tests.redis_topologies import start_cluster
-from tests.support import session_redis
+from tests.support.harness import session_redis
+from tests.support.redis_topologies import start_cluster
 
 ROUNDS = 25
 

@@ -37,7 +37,7 @@ from mcp_celery.store.connect import async_client, redis_target
 from mcp_celery.store.deployment import RECENT, BrokerQueues, DeploymentReader, DeploymentSnapshot
 from mcp_celery.store.schema import Keys
 from tests.conftest import STORE_MODE
-from tests.support import (
+from tests.support.harness import (
     ROOT,
     HttpClient,
     require_service,
@@ -172,7 +172,7 @@ def by_tool(name: str, tool: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 def markers() -> Any:
-    from tests.sample_jobs import markers as client
+    from tests.support.sample_jobs import markers as client
 
     return client
 
@@ -309,7 +309,9 @@ def test_only_the_replica_holding_the_lease_reports_the_deployment_gauges(deploy
 
 
 def redis_for_store() -> Any:
-    from tests.sample_jobs import markers as admin  # the store's Redis (a cluster client in that pass), as an admin
+    from tests.support.sample_jobs import (
+        markers as admin,  # the store's Redis (a cluster client in that pass), as an admin
+    )
 
     return admin
 
@@ -333,7 +335,7 @@ def test_top_once_prints_what_the_store_holds(deployment: Deployment) -> None:
     wait_input_required(c, asking)
     wait_for(lambda: snapshot(deployment.keys).tasks_now()[("input_required", "ask_one")] == 1, 20, what="the beat")
     out = subprocess.run(
-        [sys.executable, "-m", "mcp_celery", "top", "-A", "tests.sample_jobs", "--once"],
+        [sys.executable, "-m", "mcp_celery", "top", "-A", "tests.support.sample_jobs", "--once"],
         env=top_env(deployment), cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     try:
@@ -357,7 +359,7 @@ def test_top_runs_live_in_a_terminal_and_quits_on_q(deployment: Deployment, tmp_
     wait_for(lambda: snapshot(deployment.keys).tasks_now()[("input_required", "ask_one")] == 1, 20, what="the beat")
     script = tmp_path / "top.sh"
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in top_env(deployment).items() if k.isidentifier())
-    command = f"exec {sys.executable} -m mcp_celery top -A tests.sample_jobs --interval 0.3"
+    command = f"exec {sys.executable} -m mcp_celery top -A tests.support.sample_jobs --interval 0.3"
     script.write_text(f"{exports}cd {shlex.quote(str(ROOT))}\n{command}\n")
     session = f"top-{uuid.uuid4().hex[:8]}"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "60", f"sh {script}"], check=True)

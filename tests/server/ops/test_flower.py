@@ -1,6 +1,6 @@
 """What Flower shows of MCP tasks, read through Flower's HTTP API.
 
-A real Flower process (`celery -A tests.sample_jobs flower`) watches the session's prefork worker
+A real Flower process (`celery -A tests.support.sample_jobs flower`) watches the session's prefork worker
 while jobs are started, answered and cancelled through a real `mcp-celery serve --http`. Flower
 builds its task list from worker events only (celery.events.state), so each check here is about
 the events the worker and the server send.
@@ -19,8 +19,8 @@ import httpx
 import pytest
 import redis
 
-from tests import sample_jobs
-from tests.support import HttpClient, Process, caps, free_port, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, caps, free_port, wait_for
 
 ELICIT = caps(elicitation={})
 
@@ -69,7 +69,7 @@ def flower(env: dict[str, str], worker: Process, client: HttpClient, logs: Path)
         "-m",
         "celery",
         "-A",
-        "tests.sample_jobs",
+        "tests.support.sample_jobs",
         "flower",
         "--address=127.0.0.1",
         f"--port={port}",
@@ -118,9 +118,9 @@ def test_an_mcp_task_is_found_in_flower_by_its_task_id_and_its_tool_name(
     task_id = client.start("echo", {"text": "find me"})  # the MCP taskId is the Celery task id
     assert client.wait(task_id)["status"] == "completed"
     info = flower.wait_state(task_id, "SUCCESS")
-    assert info["name"] == "tests.sample_jobs.echo"  # Flower's name is Celery's: taskname= needs it
+    assert info["name"] == "tests.support.sample_jobs.echo"  # Flower's name is Celery's: taskname= needs it
     assert info["args"] == "[mcp tool echo]" and info["kwargs"] == repr({"text": "find me", "times": 1})
-    assert task_id in by_tool(flower, "echo") and task_id in flower.tasks(taskname="tests.sample_jobs.echo")
+    assert task_id in by_tool(flower, "echo") and task_id in flower.tasks(taskname="tests.support.sample_jobs.echo")
 
     # An existing task exposed under a tool name: the same search finds its MCP jobs and not
     # the ones other code queued the ordinary Celery way.
@@ -176,7 +176,7 @@ def test_progress_shows_in_flower_as_it_happens_at_most_one_event_per_half_secon
     task in state PROGRESS with the latest message it was sent in `result`, the message moves on
     while the job runs, and Flower counts at most one `task-progress` event per 0.5 s; the final
     result then replaces the progress message."""
-    before = flower.events_counted("task-progress", "tests.sample_jobs.checkpoint_loop")
+    before = flower.events_counted("task-progress", "tests.support.sample_jobs.checkpoint_loop")
     task_id = client.start("checkpoint_loop", {"seconds": 3})
     seen: set[int] = set()
 
@@ -193,6 +193,6 @@ def test_progress_shows_in_flower_as_it_happens_at_most_one_event_per_half_secon
     done = flower.wait_state(task_id, "SUCCESS")
     assert re.fullmatch(r"'finished \d+ steps'", done["result"]), done
     steps = int(re.findall(r"\d+", done["result"])[0])
-    sent = flower.events_counted("task-progress", "tests.sample_jobs.checkpoint_loop") - before
+    sent = flower.events_counted("task-progress", "tests.support.sample_jobs.checkpoint_loop") - before
     assert steps >= 30, done  # the job did call status() in a tight loop
     assert 3 <= sent <= 3 / 0.5 + 2, sent  # throttled: 0.5 s apart over 3 s, plus the first

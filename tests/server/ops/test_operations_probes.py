@@ -26,7 +26,7 @@ from mcp_celery.server.ops.deployment_metrics import DeploymentCollector
 from mcp_celery.settings import Settings
 from mcp_celery.store.ended import EndedEntry
 from mcp_celery.testing.processes import free_port, wait_for
-from tests.support import HttpClient, PersistentRedis, Process, live_processes, start_http_server
+from tests.support.harness import HttpClient, PersistentRedis, Process, live_processes, start_http_server
 
 METRICS_TOKEN = "scrape-secret-7f3a"
 
@@ -275,7 +275,8 @@ def test_a_metrics_port_that_cannot_be_served_stops_serve_in_one_line(env: dict[
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = ["serve", "-A", "tests.sample_jobs", "--http", "--port", str(free_port()), "--metrics-port", str(port)]
+        app = "tests.support.sample_jobs"
+        args = ["serve", "-A", app, "--http", "--port", str(free_port()), "--metrics-port", str(port)]
         done = subprocess.run([sys.executable, "-m", "mcp_celery", *args], env=env, capture_output=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert f"mcp-celery: cannot serve --metrics-port {port} on 127.0.0.1" in done.stderr.decode()

@@ -2,8 +2,8 @@
 
 - the mcp 2.3 `Client` of this environment, over HTTP and stdio (2026-07-28 requests without the extension);
 - an mcp 1.x client in a virtualenv of its own, on initialize-era sessions over stdio and HTTP
-  (tests/mcp1_client.py);
-- the TypeScript SDK's client 1.x (tests/conformance/ts-plain-client.mjs), `callTool` with
+  (tests/support/mcp1_client.py);
+- the TypeScript SDK's client 1.x (tests/support/conformance/ts-plain-client.mjs), `callTool` with
   `resetTimeoutOnProgress`, as hosts built on it call tools.
 
 The suite's servers wait 3 s for a plain call's job (MCP_CELERY_INLINE_S in conftest).
@@ -27,12 +27,12 @@ from mcp.client import ClientRequestContext
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, TextContent
 
 from mcp_celery.protocol import TASK_HANDLE_META
-from tests import sample_jobs
-from tests.support import ROOT, Process, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import ROOT, Process, wait_for
 
 MCP1 = "mcp==1.30.0"
-MCP1_VENV = ROOT / "tests" / ".venv-mcp1"
-CONFORMANCE = ROOT / "tests" / "conformance"
+MCP1_VENV = ROOT / "tests" / "support" / ".venv-mcp1"
+CONFORMANCE = ROOT / "tests" / "support" / "conformance"
 TERMINAL = {"completed", "failed", "cancelled"}
 
 
@@ -54,7 +54,7 @@ def last_text(result: CallToolResult) -> str:
 def target(request: pytest.FixtureRequest, worker: Process, env: dict[str, str]) -> Any:
     if request.param == "http":
         return request.getfixturevalue("http_url")
-    args = ["-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"]
+    args = ["-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"]
     return StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT), env=env)
 
 
@@ -180,7 +180,7 @@ def test_an_mcp_1_x_client_on_an_initialize_era_session(transport: str, http_url
     where = [sys.executable, str(ROOT)] if transport == "stdio" else [http_url]
     env_without_our_path = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     out = subprocess.run(
-        [str(mcp1_python()), str(ROOT / "tests" / "mcp1_client.py"), transport, *where],
+        [str(mcp1_python()), str(ROOT / "tests" / "support" / "mcp1_client.py"), transport, *where],
         capture_output=True, text=True, timeout=180, env=env_without_our_path, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
@@ -233,5 +233,5 @@ def test_the_typescript_sdk_client_keeps_waiting_on_progress_and_follows_the_han
 
 def test_the_mcp1_virtualenv_stays_out_of_the_package_and_git() -> None:
     ignored = subprocess.run(["git", "check-ignore", "-q", str(MCP1_VENV)], cwd=ROOT)
-    assert ignored.returncode == 0, "tests/.venv-mcp1 must be ignored by git"
+    assert ignored.returncode == 0, "tests/support/.venv-mcp1 must be ignored by git"
     assert os.path.relpath(MCP1_VENV, ROOT).startswith("tests")

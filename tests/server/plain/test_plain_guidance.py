@@ -25,7 +25,7 @@ import redis
 from mcp_celery.server.plain.windows import KNOWN_CLIENTS
 from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.testing.jsonrpc import RawHttpClient
-from tests.support import HttpClient, Process, start_http_server
+from tests.support.harness import HttpClient, Process, start_http_server
 
 YES = {"action": "accept", "content": {"confirm": True}}
 

@@ -2,7 +2,7 @@
 
 Raw JSON-RPC against the session's server and prefork worker: over HTTP, 2026-07-28 requests that do
 not declare the extension; over stdio, sessions of the initialize era (2025-11-25 and 2025-06-18).
-The SDK clients (mcp 2.3, mcp 1.x, the TypeScript SDK) are in tests/test_plain_clients.py. The
+The SDK clients (mcp 2.3, mcp 1.x, the TypeScript SDK) are in tests/server/plain/test_plain_clients.py. The
 suite's servers wait 3 s for a plain call's job (MCP_CELERY_INLINE_S in conftest).
 """
 
@@ -25,8 +25,8 @@ import redis
 from mcp_celery.protocol import TASK_HANDLE_META
 from mcp_celery.server.plain.handle import GUIDANCE_PROPERTIES, TASK_HANDLE_SCHEMA
 from mcp_celery.store.schema import FIELD, Keys
-from tests import sample_jobs
-from tests.support import ROOT, HttpClient, Process, StdioClient, start_http_server, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import ROOT, HttpClient, Process, StdioClient, start_http_server, wait_for
 
 LIFECYCLE = {"task_status", "task_respond", "task_cancel"}
 NO_SUCH_TASK = "(unknown, expired, or not yours)"

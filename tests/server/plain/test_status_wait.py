@@ -27,7 +27,7 @@ from mcp_celery.server.engine.service import TaskService
 from mcp_celery.server.plain import lifecycle
 from mcp_celery.server.tasks import envelope
 from mcp_celery.settings import Settings
-from tests import sample_jobs
+from tests.support import sample_jobs
 
 WAIT_S = 8.0
 

@@ -36,8 +36,8 @@ from mcp_celery.store.artifact_files import FsspecArtifacts
 from mcp_celery.store.artifacts import artifact_uri, check_name, parse_uri
 from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.testing.processes import stop_group
-from tests import sample_jobs
-from tests.support import ROOT, HttpClient, Process, caps, modern_meta, start_http_server
+from tests.support import sample_jobs
+from tests.support.harness import ROOT, HttpClient, Process, caps, modern_meta, start_http_server
 
 EXAMPLES = int(os.environ.get("MCP_CELERY_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(
@@ -295,7 +295,7 @@ def test_fuzz_stdio(
 ) -> None:  # fmt: skip
     log = (logs / "fuzz-stdio.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"],
+        [sys.executable, "-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"],
         cwd=ROOT, env=fuzz_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
     )  # fmt: skip
     reader = LineReader(proc)

@@ -20,8 +20,8 @@ from celery.result import AsyncResult
 
 from mcp_celery.core.status import READY_STATES
 from mcp_celery.store.schema import Keys
-from tests import sample_jobs
-from tests.support import HttpClient, Process, StdioClient, caps, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, Process, StdioClient, caps, wait_for
 
 #: Capabilities of a client that declares the tasks extension and form elicitation.
 ELICIT = caps(elicitation={})
@@ -298,7 +298,7 @@ def test_a_client_without_elicitation_gets_the_input_not_supported_text_and_a_pl
     assert text.startswith("cannot ask: ") and "did not declare the 'elicitation' capability" in text, text
 
     # Without the extension the job still asks: a client that declared elicitation gets an MRTR round
-    # (tests/test_plain_hosts.py has the rest, and the synchronous case with the fallback off).
+    # (tests/server/plain/test_plain_hosts.py has the rest, and the synchronous case with the fallback off).
     plain = http.result("tools/call", {"name": "ask_or_explain", "arguments": {}}, caps(declare=False, elicitation={}))
     assert plain["resultType"] == "input_required" and "taskId" not in plain, plain
     assert only_key(plain) == "elicit-1" and plain["requestState"].startswith("mcp-celery.1."), plain

@@ -18,8 +18,8 @@ from mcp_celery.protocol import TASKS_EXTENSION
 from mcp_celery.settings import Settings
 from mcp_celery.store.schema import FIELD, Keys
 from mcp_celery.worker.config import WorkerBinding
-from tests import sample_jobs
-from tests.support import HttpClient, caps, redis_commands_during, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import HttpClient, caps, redis_commands_during, wait_for
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 MISSING_CAPABILITY = {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
@@ -274,7 +274,7 @@ def test_a_synchronous_call_that_outlasts_the_sync_timeout_is_cancelled_with_a_t
 ) -> None:
     """A `task_mode="forbidden"` tool never becomes a task, so a job past the sync timeout is cancelled.
 
-    (Optional tools answer plain clients with a task handle instead: tests/test_plain_hosts.py.)
+    (Optional tools answer plain clients with a task handle instead: tests/server/plain/test_plain_hosts.py.)
     """
     # The test server's sync timeout is 5 s (MCP_CELERY_SYNC_TIMEOUT_S in conftest).
     for capabilities in ({}, caps()):  # forbidden: synchronous whether or not the request declares tasks

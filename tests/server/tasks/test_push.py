@@ -21,9 +21,8 @@ import pytest
 import redis
 
 from mcp_celery.protocol import TERMINAL_STATUSES
-from mcp_celery.testing.jsonrpc import SseStream
-from tests import sample_jobs
-from tests.support import (
+from tests.support import sample_jobs
+from tests.support.harness import (
     HttpClient,
     Process,
     StdioClient,
@@ -33,8 +32,8 @@ from tests.support import (
     start_worker,
     wait_for,
 )
+from tests.support.push import SUBSCRIPTION_ID, listen, notifications_until_end
 
-SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 #: Redis connections replica B may open (MCP_CELERY_REDIS_MAX_CONNECTIONS).
 POOL = 4
 
@@ -75,29 +74,6 @@ def b(replica_b: tuple[str, Process]) -> Iterator[HttpClient]:
     c = HttpClient(replica_b[0])
     yield c
     c.close()
-
-
-def listen(client: HttpClient, task_ids: list[str], **filters: Any) -> tuple[SseStream, dict[str, Any]]:
-    """Open a listen stream for `task_ids` and return it with its acknowledgement."""
-    stream = client.stream("subscriptions/listen", {"notifications": {"taskIds": task_ids, **filters}})
-    assert stream.status_code == 200
-    ack = stream.next()
-    assert ack is not None and ack["method"] == "notifications/subscriptions/acknowledged", ack
-    assert ack["params"]["_meta"][SUBSCRIPTION_ID] == stream.request_id
-    return stream, ack
-
-
-def notifications_until_end(stream: SseStream, timeout: float = 20) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every `notifications/tasks` params until the listen result, and that result."""
-    seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        message = stream.next(max(deadline - time.monotonic(), 0.1))
-        assert message is not None, "the stream ended without the listen result"
-        if message.get("id") == stream.request_id:
-            return seen, message
-        assert message["method"] == "notifications/tasks", message  # never progress or log notifications
-        seen.append(message["params"])
 
 
 def check_notifications(seen: list[dict[str, Any]], subscription_id: int) -> None:

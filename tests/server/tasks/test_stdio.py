@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests import sample_jobs
-from tests.support import TERMINAL, StdioClient, caps, wait_for
+from tests.support import sample_jobs
+from tests.support.harness import TERMINAL, StdioClient, caps, wait_for
 
 
 def wait_terminal(stdio: StdioClient, task_id: str, timeout: float = 15) -> dict[str, object]:

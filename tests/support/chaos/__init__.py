@@ -1,6 +1,6 @@
 """The chaos test (issue 11): tasks in flight through kills, restarts, cancels and answers at random.
 
-`tests/test_chaos.py` runs a short version in the normal pytest run; `python -m tests.chaos
+`tests/e2e/test_chaos.py` runs a short version in the normal pytest run; `python -m tests.support.chaos
 --minutes 10` runs the long one (200 tasks in flight) by hand. Both print the seed and a
 summary table; `--seed` replays a run's decisions (process timing still varies).
 """
@@ -11,9 +11,9 @@ import random
 import time
 from pathlib import Path
 
-from tests.chaos.cluster import Cluster
-from tests.chaos.report import Verdict, evaluate
-from tests.chaos.run import Chaos, Plan
+from tests.support.chaos.cluster import Cluster
+from tests.support.chaos.report import Verdict, evaluate
+from tests.support.chaos.run import Chaos, Plan
 
 __all__ = ["Plan", "Verdict", "run_chaos"]
 

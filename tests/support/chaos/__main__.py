@@ -1,4 +1,4 @@
-"""`python -m tests.chaos --minutes 10`: the long chaos run (200 tasks in flight), by hand."""
+"""`python -m tests.support.chaos --minutes 10`: the long chaos run (200 tasks in flight), by hand."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.chaos import Plan, run_chaos
+from tests.support.chaos import Plan, run_chaos
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.support.chaos", description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long the chaos lasts (default 10)")
     parser.add_argument("--tasks", type=int, default=200, help="tasks kept in flight (default 200)")
     parser.add_argument("--concurrency", type=int, default=6, help="pool processes per worker (default 6)")

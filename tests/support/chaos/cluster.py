@@ -13,9 +13,9 @@ from pathlib import Path
 
 import redis
 
-from tests.support import PersistentRedis, Process, free_port, http_answers
+from tests.support.harness import PersistentRedis, Process, free_port, http_answers
 
-APP = "tests.chaos.jobs"
+APP = "tests.support.chaos.jobs"
 
 #: Short periods keep the run quick: a job silent for 3 s is lost; an unstarted task's message is
 #: looked for every 3 s; a cancel has 1 s; SIGTERM gives 2 s.

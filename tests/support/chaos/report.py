@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.cluster import SETTINGS
-from tests.chaos.run import AT_LEAST_ONCE, KINDS, PARK_TOOLS, Chaos, Kill, Tracked, answer_value
+from tests.support.chaos.cluster import SETTINGS
+from tests.support.chaos.run import AT_LEAST_ONCE, KINDS, PARK_TOOLS, Chaos, Kill, Tracked, answer_value
 
 #: How many times an at-least-once job may run again (retry_on_worker_loss=True).
 RETRIES = 3

@@ -23,15 +23,15 @@ import redis
 
 from mcp_celery.protocol import TERMINAL_STATUSES, client_capabilities
 from mcp_celery.testing.jsonrpc import RawHttpClient
-from tests.chaos.cluster import Cluster
-from tests.chaos.jobs import ONCE_KEY, RUNS_KEY
+from tests.support.chaos.cluster import Cluster
+from tests.support.chaos.jobs import ONCE_KEY, RUNS_KEY
 
 #: The shortest turn of the driver's loop (a polling interval, not a synchronization).
 TURN_S = 0.05
 #: How long a worker may take to exit after SIGTERM (grace 2 s, then Celery's cold shutdown).
 SHUTDOWN_LIMIT_S = 20.0
 KINDS = ("worker_kill", "child_kill", "worker_restart", "server_kill", "redis_restart")
-#: The parking kinds and their tools: park windows 0 and 1 s, and 0.5 s at-least-once (`tests.chaos.jobs`).
+#: The parking kinds and their tools: park windows 0 and 1 s, and 0.5 s at-least-once (`tests.support.chaos.jobs`).
 PARK_TOOLS = {"park0": "chaos_park", "park1": "chaos_park_late", "park_retry": "chaos_park_retry"}
 #: The kinds delivered at least once (retry_on_worker_loss): they may run again after a kill.
 AT_LEAST_ONCE = ("retry", "park_retry")

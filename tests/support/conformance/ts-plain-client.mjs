@@ -2,7 +2,7 @@
 // extension, as hosts built on it call tools. Prints one JSON object with what it saw.
 //
 //   node ts-plain-client.mjs http URL
-//   node ts-plain-client.mjs stdio PYTHON ROOT     (runs `PYTHON -m mcp_celery serve -A tests.sample_jobs`)
+//   node ts-plain-client.mjs stdio PYTHON ROOT     (runs `PYTHON -m mcp_celery serve -A tests.support.sample_jobs`)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -13,7 +13,7 @@ const transport =
     ? new StreamableHTTPClientTransport(new URL(target))
     : new StdioClientTransport({
         command: target,
-        args: ["-m", "mcp_celery", "serve", "-A", "tests.sample_jobs"],
+        args: ["-m", "mcp_celery", "serve", "-A", "tests.support.sample_jobs"],
         cwd: root,
         env: process.env,
         stderr: "ignore",

@@ -8,7 +8,7 @@ as JSON), finds the next call there (`nextCall`, or "task_status with {...}" in 
 real answers in place of the example ones, and stops when a result names no next call. So a case
 passes only if what the library shows its model is enough to reach the job's result.
 
-A driver prints one JSON object per case (`Outcome`); tests/test_interop.py checks them.
+A driver prints one JSON object per case (`Outcome`); tests/e2e/test_interop.py checks them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Case:
     cancel: bool = False
 
 
-#: The cases, each on the session's sample jobs (tests/sample_jobs.py), on a server with the default
+#: The cases, each on the session's sample jobs (tests/support/sample_jobs.py), on a server with the default
 #: inline window (20 s; a client's own window below that: MCP_CELERY_CLIENT_WINDOWS).
 CASES: dict[str, Case] = {
     "short": Case("slow_greeting", {"name": "Ada", "seconds": 0.5}, "Hello, Ada!"),
