@@ -360,7 +360,8 @@ def layout_page() -> str:
         "",
         "| folder | what it holds |",
         "|---|---|",
-        "| `tests/` | the test suite: real Redis, real prefork workers, real server processes (see Development) |",
+        "| `tests/` | the test suite, in folders that mirror the package, its helpers in `tests/support/`: real Redis, "
+        "real prefork workers, real server processes (see Development) |",
         "| `bench/` | the benchmarks (see Benchmarks) |",
         "| `docs/` | these pages; `docs/_gen/pages.py` builds the generated ones |",
         "| `.ci/run` | what CI runs |",
