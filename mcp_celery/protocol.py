@@ -9,7 +9,7 @@ The models (`Task`, `CreateTaskResult`, `DetailedTask`, `TaskNotificationParams`
 params and requests) are the one definition of the extension's shapes: the client reads and sends
 them, the server parses `tasks/*` params with them. The server's hot paths (`tasks/get`, every
 `notifications/tasks`) build the same shapes as plain dicts with `detailed_task` and
-`create_task_result`, about twice as fast as a model and its dump; tests/test_wire_models.py
+`create_task_result`, about twice as fast as a model and its dump; tests/package/test_wire_models.py
 checks that what they build is exactly what the models read and write back.
 """
 

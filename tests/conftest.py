@@ -40,9 +40,17 @@ import redis
 from mcp_celery.store.acl import acl_rule
 from mcp_celery.store.connect import redis_target, sync_client
 from mcp_celery.testing.processes import start_redis
-from tests.log_tracebacks import tracebacks_since
-from tests.redis_topologies import start_cluster
-from tests.support import HttpClient, PersistentRedis, Process, StdioClient, free_port, start_http_server, start_worker
+from tests.support.harness import (
+    HttpClient,
+    PersistentRedis,
+    Process,
+    StdioClient,
+    free_port,
+    start_http_server,
+    start_worker,
+)
+from tests.support.log_tracebacks import tracebacks_since
+from tests.support.redis_topologies import start_cluster
 
 #: The settings this module may set, as they were before it did (an xdist controller puts them back).
 _SESSION_SETTINGS = (
@@ -188,7 +196,7 @@ _STARTED = pytest.StashKey[float]()
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
-    """A failed test's report carries the tracebacks its services logged meanwhile (`tests.log_tracebacks`)."""
+    """A failed test's report carries the tracebacks its services logged meanwhile (`tests.support.log_tracebacks`)."""
     report = yield
     if call.when == "setup":
         item.stash[_STARTED] = call.start

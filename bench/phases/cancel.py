@@ -14,9 +14,10 @@ round, one task at a time:
 A cancel is timed from the moment it is sent (from a second thread) to the end of the first GET of
 the job's Celery result, in a tight loop meanwhile, that finds it REVOKED: the job itself saw the
 cancel and stopped (the task's final state must say so too, not that the grace period ran out).
-These goals used to be timings inside the tests (tests/test_logs_job.py, tests/test_input_required.py,
-tests/test_cancel.py, tests/test_parking.py); the tests now only check that the job stops (Celery's REVOKED, the task
-`cancelled` without the grace period's words), with loose bounds.
+These goals used to be timings inside the tests (tests/jobs/test_logs_job.py,
+tests/server/tasks/test_input_required.py, tests/worker/test_cancel.py, tests/worker/test_parking.py); the tests
+now only check that the job stops (Celery's REVOKED, the task `cancelled` without the grace period's words),
+with loose bounds.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MkDocs hook: the words that tell `tests/snippets.py` how a code block is checked leave its info string.
+"""MkDocs hook: the words that tell `tests/support/snippets.py` how a code block is checked leave its info string.
 
 A fence such as ```` ```python check ```` or ```` ```sh run ```` renders on GitHub as it is (the
 first word is the language), but SuperFences reads unknown words as options and gives up on the
@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: A fence line with a language, then the mode and options of tests/snippets.py (run, check, file=, excerpt=, exit=).
+#: A fence line with a language, then the mode and options of tests/support/snippets.py
+#: (run, check, file=, excerpt=, exit=).
 WORD = r"(?:run|check|(?:file|excerpt|exit)=\S+)"
 FENCE = re.compile(rf"^(?P<fence>\s*(?:`{{3,}}|~{{3,}}))(?P<language>\w+)(?P<words>(?:\s+{WORD})+)\s*$")
 #: The options whose value is a file's name, shown as the block's title.

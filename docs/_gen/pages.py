@@ -344,8 +344,9 @@ def layout_page() -> str:
         tiers.strip(),
         "```",
         "",
-        "`tests/test_layering.py` holds the tiers to that: a worker never loads the MCP SDK, a client never loads "
-        "Celery or Redis, `import mcp_celery` loads neither, and the CLI loads a tier only when its command runs.",
+        "`tests/package/test_layering.py` holds the tiers to that: a worker never loads the MCP SDK, a client never "
+        "loads Celery or Redis, `import mcp_celery` loads neither, and the CLI loads a tier only when its command "
+        "runs.",
         "",
     ]
     for folder, title in (("mcp_celery", "The package"), ("jobs", "The real jobs (`jobs/`, not installed)")):
@@ -359,7 +360,8 @@ def layout_page() -> str:
         "",
         "| folder | what it holds |",
         "|---|---|",
-        "| `tests/` | the test suite: real Redis, real prefork workers, real server processes (see Development) |",
+        "| `tests/` | the test suite, in folders that mirror the package, its helpers in `tests/support/`: real Redis, "
+        "real prefork workers, real server processes (see Development) |",
         "| `bench/` | the benchmarks (see Benchmarks) |",
         "| `docs/` | these pages; `docs/_gen/pages.py` builds the generated ones |",
         "| `.ci/run` | what CI runs |",

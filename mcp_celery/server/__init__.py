@@ -12,7 +12,7 @@
     ops/         metrics, deployment figures, probes, operator routes, diagnostics, observation
 
 The surfaces translate shapes over the engine; the engine, the edge and ops never import a surface
-(`tests/test_layering.py`). Imports the shared model (`mcp_celery.core`) and the store but never
+(`tests/package/test_layering.py`). Imports the shared model (`mcp_celery.core`) and the store but never
 `mcp_celery.worker`: tasks are queued by name through Celery, so the server needs no job code.
 """
 

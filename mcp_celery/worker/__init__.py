@@ -18,7 +18,7 @@
     signals.py       every Celery signal hookup, connected by one call (`signals.connect`, below)
 
 Imports celery and redis, never `mcp` (the SDK package loads its server and client on import);
-`tests/test_layering.py` holds it to that.
+`tests/package/test_layering.py` holds it to that.
 """
 
 from mcp_celery.worker import signals
