@@ -148,7 +148,7 @@ def test_a_tick_that_raises_stops_the_stream_and_kills_rg(tmp_path: Path) -> Non
     stream = MatchStream(tmp_path, files, Query("ERROR"), tick=tick)
     with pytest.raises(Stop):
         for _ in stream:
-            pass
+            time.sleep(TICK_S)  # a tick per block, so the third comes midway however fast the machine is
     assert rg_processes(parent=os.getpid()) == []
     assert 0 < stream.lines < BLOCK_ERRORS * 300  # stopped midway
 
@@ -178,7 +178,9 @@ def test_a_tick_that_raises_midway_through_a_plain_file_kills_rg_and_closes_what
     stream = MatchStream(tmp_path, files, Query("ERROR"), tick=tick, workers=2)
     with pytest.raises(Stop):
         for _ in stream:
-            pass
+            # A reader as slow as a tick per block: the third tick comes after the third block (of
+            # about eight), whatever the machine's speed. A fast machine read all within 3 ticks.
+            time.sleep(TICK_S)
     assert rg_processes(parent=os.getpid()) == []
     assert open_fds() == before  # the log file, rg's pipe and its error file: all closed
     assert 0 < stream.lines < BLOCK_ERRORS * 60 and 0 < seen[-1] < files[0].size  # stopped midway
