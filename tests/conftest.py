@@ -245,8 +245,34 @@ def acl_checked(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not denied, f"Redis denied the README's ACL rule: {denied}"
 
 
+#: The files that take longest (a minute or more each in CI's main pass; `--durations` there shows
+#: them), longest first. Sessions side by side (`-n`) are handed these first: a session that drew one
+#: last ran on alone while the others had finished (.ci/run passes --no-loadscope-reorder, which keeps
+#: this order instead of putting the files with the most tests first).
+LONGEST_FILES = (
+    "tests/client/test_client_cli.py",
+    "tests/docs/test_docs.py",
+    "tests/store/test_artifacts.py",
+    "tests/server/plain/test_plain_clients.py",
+    "tests/e2e/test_sentinel_failover.py",
+    "tests/worker/test_redelivery.py",
+    "tests/e2e/test_demo.py",
+    "tests/worker/test_parking.py",
+    "tests/server/plain/test_plain_hosts.py",
+    "tests/server/approvals/test_approval_policy.py",
+    "tests/server/approvals/test_approval_oidc.py",
+    "tests/e2e/test_redis_restart.py",
+    "tests/server/approvals/test_approvals.py",
+    "tests/e2e/test_chaos.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """In the cluster pass, tests that watch one server's MONITOR or CLIENT LIST cannot see the store."""
+    """In parallel sessions, the longest files first (LONGEST_FILES); in the cluster pass, tests that
+    watch one server's MONITOR or CLIENT LIST are skipped: they cannot see the store."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every session sorts alike: xdist checks they collected the same
+        rank = {path: number for number, path in enumerate(LONGEST_FILES)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     if STORE_MODE != "cluster":
         return
     for item in items:

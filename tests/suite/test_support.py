@@ -102,3 +102,11 @@ def test_the_suite_starts_a_redis_server_of_its_own_unless_one_is_named(tmp_path
             end(session)
     finally:
         server.stop()
+
+
+def test_the_longest_files_handed_out_first_exist() -> None:
+    """A file renamed or moved would drop out of the order silently: its session might run it last again."""
+    from tests.conftest import LONGEST_FILES
+
+    assert [path for path in LONGEST_FILES if not (ROOT / path).is_file()] == []
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
