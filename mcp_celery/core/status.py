@@ -11,8 +11,9 @@ table holds whatever Celery's own result backend is.
 | SUCCESS                                       | completed, the return value as CallToolResult|
 | FAILURE: mcp_celery.ProtocolError             | failed, with that JSON-RPC error             |
 | FAILURE: worker lost, time limit, terminated  | failed, -32603, statusMessage says why       |
-| running, heartbeat ran out (worker killed)    | failed, -32603 (working again if redelivered)|
-| message taken, `taken` ran out before start   | failed, -32603                               |
+| running, heartbeat ran out (worker killed)    | failed, -32603 (working again if redelivered;|
+|                                               | cancelled if a cancel was waiting)           |
+| message taken, `taken` ran out before start   | failed, -32603 (cancelled if a cancel waited)|
 | FAILURE: any other exception                  | completed, isError: true                     |
 | REVOKED                                       | cancelled                                    |
 
@@ -206,11 +207,17 @@ def task_view(
     if cancel_deadline is not None and now_ms >= cancel_deadline:
         return _cancelled_late(cancel_deadline)
     if record.alive_until_ms is not None and now_ms > record.alive_until_ms:
+        if record.cancel_ms is not None:
+            # Stopped while a cancel waited: most often the server terminating it when the grace ran
+            # out (its timer can fire a few ms before this reader's deadline); the user asked for this end.
+            return _stopped_while_cancelling(record.alive_until_ms)
         if not redelivered_on_loss:
             return _worker_lost(record.alive_until_ms, record.lost_reason)
         return TaskView("working", record.alive_until_ms, WAITING_TO_RUN_AGAIN)
     if record.alive_until_ms is None and record.taken_until_ms is not None and now_ms > record.taken_until_ms:
         # Only at-most-once jobs are marked taken: the message was acked, so nothing runs it now.
+        if record.cancel_ms is not None:
+            return _stopped_while_cancelling(record.taken_until_ms)
         return _lost_after_taken(record.taken_until_ms)
     updated = record.updated_ms or record.created_ms
     if record.inputs and record.cancel_ms is None:
@@ -287,6 +294,10 @@ def ended_without_job(record: TaskRecord, view: TaskView, *, lost: bool = False)
 
 def _cancelled_late(at_ms: int) -> TaskView:
     return TaskView("cancelled", at_ms, "cancelled; the job did not stop within the grace period")
+
+
+def _stopped_while_cancelling(at_ms: int) -> TaskView:
+    return TaskView("cancelled", at_ms, "cancelled; the job's process was stopped before the job ended")
 
 
 def _terminal(

@@ -116,6 +116,20 @@ def test_a_cancel_not_honoured_within_the_grace_period_reads_cancelled_and_a_lat
     assert view(late, rec, now=T0 + 9000).status == "cancelled"
 
 
+def test_a_job_whose_process_is_stopped_while_a_cancel_waits_reads_cancelled_not_lost() -> None:
+    """A cancelled job that opted in to termination: the server kills its process when the grace runs
+    out (by its own timer), the job's process ends its heartbeat at once, and the REVOKED outcome follows
+    a moment later. A read in between, a few ms before this server's own deadline, took the ended
+    heartbeat for a lost worker and froze `failed` (seen once in CI, under RabbitMQ)."""
+    interrupted = record(cancel_ms=T0 + 1000, alive_until_ms=T0 + 5990)  # deadline T0 + 6000 (grace 5 s)
+    seen = view({"status": "STARTED"}, interrupted, now=T0 + 5995)
+    assert (seen.status, seen.error) == ("cancelled", None), seen
+    taken = record(cancel_ms=T0 + 1000, taken_until_ms=T0 + 5990)  # acked, never started, cancel waiting
+    assert view(None, taken, now=T0 + 5995).status == "cancelled"
+    # Without a cancel, a stopped heartbeat is still a lost worker.
+    assert view({"status": "STARTED"}, record(alive_until_ms=T0 + 5990), now=T0 + 5995).status == "failed"
+
+
 def test_a_frozen_terminal_state_never_changes() -> None:
     frozen = TaskView("failed", T0 + 5, "boom", error={"code": -32603, "message": "boom"})
     rec = record(final=json.loads(frozen.to_json()))
