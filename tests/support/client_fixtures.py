@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,6 +40,18 @@ def _ensure_venv() -> str | None:
     return make_venv(VENV, PACKAGES)
 
 
+def installer(python: Path) -> list[str]:
+    """The command that installs packages into the virtualenv of `python`: uv's pip where uv is
+    installed (the [dev] extra brings it), a tenth of pip's CPU for the same packages; else its pip.
+
+    Neither compiles every module it installs: the interpreter compiles those a test imports.
+    """
+    uv = shutil.which("uv")
+    if uv is not None:
+        return [uv, "pip", "install", "--quiet", "--python", str(python)]
+    return [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
+
+
 def make_venv(home: Path, packages: list[str]) -> str | None:
     """Make the virtualenv `home` with `packages` unless it is there; None when it is ready, else why not.
 
@@ -52,9 +65,7 @@ def make_venv(home: Path, packages: list[str]) -> str | None:
             return None
         try:
             subprocess.run([sys.executable, "-m", "venv", str(home)], check=True, capture_output=True, timeout=120)
-            # --no-compile: of the libraries' modules, the interpreter compiles those a test imports.
-            pip = [str(home / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
-            subprocess.run([*pip, *packages], check=True, capture_output=True, timeout=900)
+            subprocess.run([*installer(python), *packages], check=True, capture_output=True, timeout=900)
         except (subprocess.SubprocessError, OSError) as exc:
             python.unlink(missing_ok=True)  # half made: made again next time
             return f"could not create {home} with {' '.join(packages)}: {exc}"
