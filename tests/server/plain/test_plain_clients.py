@@ -28,6 +28,7 @@ from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, TextCon
 
 from mcp_celery.protocol import TASK_HANDLE_META
 from tests.support import sample_jobs
+from tests.support.client_fixtures import make_venv
 from tests.support.harness import ROOT, Process, wait_for
 
 MCP1 = "mcp==1.30.0"
@@ -165,13 +166,10 @@ def test_the_mcp_2_3_client_answers_and_cancels_through_the_lifecycle_tools(targ
 
 
 def mcp1_python() -> Path:
-    """The virtualenv's python, made (about 20 s from a warm package cache) when missing."""
-    python = MCP1_VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(MCP1_VENV)], check=True, capture_output=True, timeout=120)
-        pip = [str(MCP1_VENV / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", MCP1]
-        subprocess.run(pip, check=True, capture_output=True, timeout=600)
-    return python
+    """The virtualenv's python, made when missing (as the suite's other client virtualenvs are)."""
+    problem = make_venv(MCP1_VENV, [MCP1])
+    assert problem is None, problem
+    return MCP1_VENV / "bin" / "python"
 
 
 @pytest.mark.venv

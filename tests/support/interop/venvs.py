@@ -4,11 +4,12 @@
 runs, as it makes the FastMCP virtualenv of the client tests); the tests never make them: a missing one
 skips its library's test, saying why, unless MCP_CELERY_TEST_REQUIRE names `interop` (as CI sets).
 
-Grouped where the pins agree (installs measured from pip's warm cache on the 2-core machine, 2026-12-06):
-`agents` holds fastmcp 4.1.6, openai-agents 0.24.0, agent-framework-core 1.23.0 and pydantic-ai-slim 2.68
-(all on mcp 2.3): 64 s, against 111 s as four; `strands` (strands-agents pins mcp < 2.2): 27 s; `langchain`
-(langchain-mcp-adapters pins mcp < 2): 43 s. fastmcp 4.1.4 + fastmcp-tasks 4.1.4 is the client tests'
-virtualenv (bench/.venv-fastmcp, `tests.support.client_fixtures`).
+Grouped where the pins agree: `agents` holds fastmcp 4.1.6, openai-agents 0.24.0, agent-framework-core
+1.23.0 and pydantic-ai-slim 2.68 (all on mcp 2.3); `strands` (strands-agents pins mcp < 2.2); `langchain`
+(langchain-mcp-adapters pins mcp < 2). fastmcp 4.1.4 + fastmcp-tasks 4.1.4 is the client tests'
+virtualenv (bench/.venv-fastmcp, `tests.support.client_fixtures`). Installed with uv's pip where uv is
+(`client_fixtures.installer`): all four took 16 s and 14 CPU-seconds on the 2-core machine (2026-12-06),
+where pip took about 70 CPU-seconds.
 """
 
 from __future__ import annotations
